@@ -1,0 +1,239 @@
+"""Command line: `advisor catalog`, `advisor evaluate`, `advisor optimize`, `advisor compare`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from advisor.catalog import builtin_catalog
+from advisor.errors import InputError
+from advisor.render_text import print_evaluation
+from advisor.service import evaluate_configuration
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Fill racks for the most agentic AI tasks per hour.")
+out = Console()
+err = Console(stderr=True)
+
+
+class Kind(str, Enum):
+    cpus = "cpus"
+    gpus = "gpus"
+    chassis = "chassis"
+    racks = "racks"
+    workloads = "workloads"
+    served_models = "served_models"
+
+
+def fail(message: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/red] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _catalog():
+    try:
+        return builtin_catalog()
+    except InputError as e:
+        fail(str(e))
+
+
+CATALOG_COLUMNS = {
+    "cpus": ("id", "vendor", "cores", "tdp_w", "per_core_perf", "platform"),
+    "gpus": ("id", "vendor", "tdp_w", "memory_gb", "fp8_tflops", "form_factor", "cooling"),
+    "chassis": ("id", "role", "height_u", "cpu_sockets", "gpu_counts", "base_power_w", "cooling"),
+    "racks": ("id", "power_kw", "air_cooling_kw", "liquid_cooling_kw", "height_u", "reserved_u"),
+    "workloads": ("id", "name", "served_model", "classes"),
+    "served_models": ("id", "name", "total_params_b", "active_params_b", "precision"),
+}
+
+
+@app.command()
+def catalog(
+    kind: Kind = typer.Argument(Kind.cpus, help="Which table to list."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list of entries."),
+) -> None:
+    """List catalog entries, each with its id and source."""
+    cat = _catalog()
+    table = getattr(cat, kind.value)
+    entries = [e.model_dump(mode="json") for e in table]
+    if as_json:
+        print(json.dumps(entries, indent=2))
+        return
+    t = Table(title=f"{kind.value} ({len(entries)})")
+    cols = CATALOG_COLUMNS[kind.value]
+    for c in (*cols, "source"):
+        t.add_column(c, overflow="fold")
+    for e in entries:
+        row = []
+        for c in cols:
+            v = e.get(c)
+            if c == "served_model":
+                v = v["id"]
+            elif c == "classes":
+                v = ", ".join(f"{x['name']} ({x['share']:g})" for x in v)
+            row.append("" if v is None else str(v))
+        t.add_row(*row, e["source"])
+    out.print(t)
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    config: Path = typer.Argument(..., help="Configuration YAML (servers, queues)."),
+    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload preset id or YAML file."),
+    rack: Optional[str] = typer.Option(None, "--rack", "-r", help="Rack profile id or YAML file."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Throughput, bottleneck, GPU idle time, stage shares, latency, power and space of one configuration."""
+    try:
+        ev = evaluate_configuration(config, workload, rack, _catalog())
+    except InputError as e:
+        fail(str(e))
+    if as_json:
+        print(ev.model_dump_json(indent=2))
+    else:
+        print_evaluation(ev, out)
+
+
+class LayoutOpt(str, Enum):
+    a = "a"
+    b = "b"
+    hybrid = "hybrid"
+
+
+class SolverOpt(str, Enum):
+    cbc = "cbc"
+    ortools = "ortools"
+
+
+class ObjectiveOpt(str, Enum):
+    max_throughput = "max_throughput"
+    min_cost = "min_cost"
+    min_power = "min_power"
+
+
+def _inputs(workload: str, rack: str):
+    from advisor.catalog import load_rack, load_workload
+
+    cat = _catalog()
+    try:
+        return cat, load_workload(workload, cat), load_rack(rack, cat)
+    except InputError as e:
+        fail(str(e))
+
+
+def _opt_kwargs(racks, solver, time_limit, objective, required, capital, gpus, cpus) -> dict:
+    return dict(racks=racks, backend=solver.value, time_limit_s=time_limit, objective=objective.value,
+                required_tasks_per_hour=required, capital_budget_usd=capital, gpu_ids=gpus or None,
+                cpu_ids=cpus or None)
+
+
+WORKLOAD_OPT = typer.Option(..., "--workload", "-w", help="Workload preset id or YAML file.")
+RACK_OPT = typer.Option(..., "--rack", "-r", help="Rack profile id or YAML file.")
+
+
+@app.command("optimize")
+def optimize_cmd(
+    workload: str = WORKLOAD_OPT,
+    rack: str = RACK_OPT,
+    racks: int = typer.Option(1, "--racks", min=1, help="Racks in the row, each with the profile's budgets."),
+    layout: LayoutOpt = typer.Option(LayoutOpt.hybrid, "--layout", help="a (GPU-first), b (balanced) or hybrid."),
+    solver: SolverOpt = typer.Option(SolverOpt.cbc, "--solver"),
+    time_limit: float = typer.Option(60.0, "--time-limit", min=1, help="Seconds for the whole optimization."),
+    objective: ObjectiveOpt = typer.Option(ObjectiveOpt.max_throughput, "--objective"),
+    required: Optional[float] = typer.Option(None, "--required-tasks-per-hour", help="For min_cost / min_power."),
+    capital: Optional[float] = typer.Option(None, "--capital-usd", help="Capital budget in USD."),
+    gpus: Optional[list[str]] = typer.Option(None, "--gpu", help="Only these GPU SKUs (repeat)."),
+    cpus: Optional[list[str]] = typer.Option(None, "--cpu", help="Only these CPU SKUs (repeat)."),
+    as_json: bool = typer.Option(False, "--json"),
+    save_config: Optional[Path] = typer.Option(None, "--save-config", help="Write the chosen configuration as YAML."),
+) -> None:
+    """Choose servers, SKUs, cores per GPU and queues for the most tasks per hour under the rack budgets."""
+    from advisor.optimize import optimize
+    from advisor.render_text import print_optimize
+
+    cat, w, r = _inputs(workload, rack)
+    try:
+        res = optimize(w, r, cat, layout=layout.value,
+                       **_opt_kwargs(racks, solver, time_limit, objective, required, capital, gpus, cpus))
+    except (InputError, ValueError) as e:
+        fail(str(e))
+    if save_config and res.configuration:
+        import yaml
+
+        save_config.write_text(yaml.safe_dump(res.configuration, sort_keys=False))
+    if as_json:
+        print(res.model_dump_json(indent=2, exclude={"evaluation"}))
+    else:
+        print_optimize(res, out)
+    if res.status == "infeasible":
+        raise typer.Exit(1)
+
+
+@app.command("compare")
+def compare_cmd(
+    workload: str = WORKLOAD_OPT,
+    rack: str = RACK_OPT,
+    racks: int = typer.Option(1, "--racks", min=1),
+    solver: SolverOpt = typer.Option(SolverOpt.cbc, "--solver"),
+    time_limit: float = typer.Option(60.0, "--time-limit", min=1, help="Seconds per layout."),
+    gpus: Optional[list[str]] = typer.Option(None, "--gpu"),
+    cpus: Optional[list[str]] = typer.Option(None, "--cpu"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Optimize layouts A (GPU-first), B (balanced) and hybrid, with ratios against A."""
+    from advisor.compare import compare_layouts
+    from advisor.render_text import print_compare
+
+    cat, w, r = _inputs(workload, rack)
+    try:
+        cmp = compare_layouts(w, r, cat, racks=racks, backend=solver.value, time_limit_s=time_limit,
+                              gpu_ids=gpus or None, cpu_ids=cpus or None)
+    except (InputError, ValueError) as e:
+        fail(str(e))
+    if as_json:
+        print(cmp.model_dump_json(indent=2, exclude={"results": {"__all__": {"evaluation"}}}))
+    else:
+        print_compare(cmp, out)
+
+
+@app.command("chip-vs-rack")
+def chip_vs_rack_cmd(
+    workload: str = WORKLOAD_OPT,
+    rack: str = RACK_OPT,
+    gpu: Optional[list[str]] = typer.Option(None, "--gpu", help="Two GPU SKUs to compare."),
+    cpu: Optional[list[str]] = typer.Option(None, "--cpu", help="Two CPU SKUs to compare."),
+    layout: LayoutOpt = typer.Option(LayoutOpt.hybrid, "--layout"),
+    racks: int = typer.Option(1, "--racks", min=1),
+    solver: SolverOpt = typer.Option(SolverOpt.cbc, "--solver"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Per-chip ratio against rack-level throughput ratio for two CPU or two GPU SKUs under the same budgets."""
+    from advisor.compare import chip_vs_rack
+
+    pair, kind = (gpu, "gpu") if gpu else (cpu, "cpu")
+    if not pair or len(pair) != 2 or (gpu and cpu):
+        fail("give exactly two SKUs with --gpu A --gpu B, or two with --cpu A --cpu B")
+    cat, w, r = _inputs(workload, rack)
+    try:
+        res = chip_vs_rack(kind, pair[0], pair[1], w, r, cat, layout=layout.value, racks=racks, backend=solver.value)
+    except (InputError, ValueError, KeyError) as e:
+        fail(str(e))
+    if as_json:
+        print(res.model_dump_json(indent=2))
+    else:
+        out.print(f"{res.per_chip_metric}: {res.a.sku} {res.a.per_chip:,.1f}, {res.b.sku} {res.b.per_chip:,.1f}")
+        out.print(res.explanation)
+
+
+def main() -> None:  # console-script entry point
+    try:
+        app()
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)

@@ -1,0 +1,93 @@
+"""Compare layouts A, B and hybrid on the same input, and chip-level against rack-level ratios."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from advisor.optimize import OptimizeResult, optimize
+from models.base import Frozen
+from models.catalog import Catalog
+from models.hardware import Rack
+from models.performance import gpu_serving
+from models.workload import Workload
+
+LAYOUTS = ("a", "b", "hybrid")
+
+
+class LayoutComparison(Frozen):
+    results: list[OptimizeResult]
+    ratio_vs_a: dict[str, float | None]
+    """Throughput of each layout over layout A's (None when A delivers nothing)."""
+    best_layout: str
+    summary: str
+
+
+def compare_layouts(workload: Workload, rack: Rack, catalog: Catalog, **kw) -> LayoutComparison:
+    results = [optimize(workload, rack, catalog, layout=lay, **kw) for lay in LAYOUTS]
+    a = results[0].throughput_tasks_per_hour
+    ratios = {r.layout: (r.throughput_tasks_per_hour / a if a > 0 else None) for r in results}
+    best = max(results, key=lambda r: (r.throughput_tasks_per_hour, -r.power_w))
+    if a > 0:
+        summary = (f"best layout {best.layout}: {best.throughput_tasks_per_hour:,.0f} tasks/h, "
+                   f"{best.throughput_tasks_per_hour / a:.2f}x GPU-first (A: {a:,.0f} tasks/h)")
+    else:
+        summary = f"best layout {best.layout}: {best.throughput_tasks_per_hour:,.0f} tasks/h; GPU-first delivers none"
+    return LayoutComparison(results=results, ratio_vs_a=ratios, best_layout=best.layout, summary=summary)
+
+
+class SideResult(Frozen):
+    sku: str
+    per_chip: float
+    """Chip-level figure (see `per_chip_metric`)."""
+    throughput_tasks_per_hour: float
+    units_in_row: int
+    """Sockets (CPU) or GPUs (GPU) of this SKU the optimizer placed."""
+    power_w: float
+    bottleneck: str
+    binding_constraints: list[str]
+
+
+class ChipVsRack(Frozen):
+    kind: Literal["cpu", "gpu"]
+    per_chip_metric: str
+    a: SideResult
+    b: SideResult
+    chip_ratio: float
+    """b over a, chip level."""
+    rack_ratio: float | None
+    """b over a, rack level under the same budgets."""
+    explanation: str
+
+
+def chip_vs_rack(kind: Literal["cpu", "gpu"], sku_a: str, sku_b: str, workload: Workload, rack: Rack,
+                 catalog: Catalog, layout: str = "hybrid", **kw) -> ChipVsRack:
+    sides = []
+    for sku in (sku_a, sku_b):
+        if kind == "gpu":
+            g = catalog.gpus[sku]
+            per_chip = gpu_serving(workload, g).tasks_per_s_per_gpu() * 3600.0
+            res = optimize(workload, rack, catalog, layout=layout, gpu_ids=[sku], explain=False, **kw)
+            units = sum(s.count * s.gpus_per_server for s in res.servers)
+            metric = "serving tasks/h per GPU (model calibration or roofline)"
+        else:
+            c = catalog.cpus[sku]
+            per_chip = c.cores * c.per_core_perf
+            res = optimize(workload, rack, catalog, layout=layout, cpu_ids=[sku], explain=False, **kw)
+            units = sum(s.count * catalog.chassis[s.chassis].cpu_sockets for s in res.servers if s.cpu == sku)
+            metric = "socket throughput: cores x per-core performance (reference cores)"
+        sides.append(SideResult(sku=sku, per_chip=per_chip, throughput_tasks_per_hour=res.throughput_tasks_per_hour,
+                                units_in_row=units, power_w=res.power_w, bottleneck=res.bottleneck,
+                                binding_constraints=res.binding_constraints))
+    a, b = sides
+    chip = b.per_chip / a.per_chip
+    rack_ratio = b.throughput_tasks_per_hour / a.throughput_tasks_per_hour if a.throughput_tasks_per_hour else None
+    unit = "GPUs" if kind == "gpu" else "sockets"
+    why = (f"chip level {b.sku} is {chip:.2f}x {a.sku}; in the rack it is "
+           + (f"{rack_ratio:.2f}x" if rack_ratio is not None else "n/a")
+           + f": {a.units_in_row} {unit} of {a.sku} fit ({a.power_w / 1000:,.1f} kW, bottleneck {a.bottleneck}, "
+           f"binding {', '.join(a.binding_constraints) or 'none'}) against {b.units_in_row} {unit} of {b.sku} "
+           f"({b.power_w / 1000:,.1f} kW, bottleneck {b.bottleneck}, binding {', '.join(b.binding_constraints) or 'none'}). "
+           "Rack-level gains differ from chip-level ones because power, cooling and space decide how many chips fit, "
+           "and what the other side (GPU or CPU) gets of what is left.")
+    return ChipVsRack(kind=kind, per_chip_metric=metric, a=a, b=b, chip_ratio=chip, rack_ratio=rack_ratio,
+                      explanation=why)

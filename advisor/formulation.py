@@ -1,0 +1,272 @@
+"""The rack-filling MILP as plain functions that add named constraint groups.
+
+Variables (X in tasks per hour):
+  n[r,o]   integer  servers of option o in rack r
+  X        cont.    end-to-end tasks per hour of the whole mix
+  y[o,q]   cont.    cores of option o (all racks) given to tool queue q
+  w[g]     binary   GPU SKU g is the one in use (only when a sandbox-memory limit makes the SKU matter)
+  z[q,s]   binary   tool queue q runs on CPU SKU s (same condition)
+  xg[g], xs[q,s] cont. throughput routed through GPU SKU g / through CPU SKU s in queue q
+Groups: power, cooling_air, cooling_liquid, space (per rack), gpu_serving, tool_cores:<q>, sandbox_memory:<q>,
+core_split, sku_choice, capital, required_throughput, gpu_first. docs/model.md states each in math.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from advisor.options import ServerOption
+from advisor.solver.linear import LinearModel, safe_name
+from models.hardware import Rack
+from models.performance import GpuServing, cpu_call_seconds, stage_gpu_latency_s
+from models.workload import CpuStage, DelayStage, GpuStage, Workload
+
+HOUR_S = 3600.0
+
+
+@dataclass
+class Problem:
+    """Everything a formulation needs, already resolved."""
+
+    workload: Workload
+    rack: Rack
+    racks: int
+    options: list[ServerOption]
+    servings: dict[str, GpuServing]
+    partition: list[list[str]]
+    """Tool queues as lists of class names (every class with tool stages or sandboxes is in exactly one)."""
+    capital_budget_usd: float | None = None
+    required_tasks_per_hour: float | None = None
+    queue_names: list[str] = field(default_factory=list)
+    utilization_caps: dict[str, float] = field(default_factory=dict)
+    """Per tool queue, the largest core utilization its tail-wait target allows (set by the SLO iteration)."""
+
+    def __post_init__(self) -> None:
+        if not self.queue_names:
+            self.queue_names = ["shared"] if len(self.partition) == 1 else [
+                "+".join(p) if len(p) > 1 else p[0] for p in self.partition]
+
+
+@dataclass
+class Built:
+    model: LinearModel
+    n: dict[tuple[int, int], str]
+    y: dict[tuple[int, int], str]
+    x: str
+    has_sku_choice: bool
+    x_upper: float
+    u: dict[int, str] = field(default_factory=dict)
+    """Orchestration cores (all servers of an option) where the optimizer chooses them."""
+
+
+def _queue_coeffs(p: Problem):
+    """Per queue: reference core-seconds per task, and sandbox GB-seconds per task split by GPU SKU, CPU SKU, delay."""
+    w = p.workload
+    cls = {c.name: c for c in w.classes}
+    cpu_skus = {o.profile.cpu.id: o.profile.cpu for o in p.options}
+    work, mem_g, mem_s, mem_d = [], [], [], []
+    for q in p.partition:
+        wk = 0.0
+        mg = {g: 0.0 for g in p.servings}
+        ms = {s: 0.0 for s in cpu_skus}
+        md = 0.0
+        for name in q:
+            c = cls[name]
+            for st in c.stages:
+                if isinstance(st, CpuStage):
+                    wk += c.share * st.count * st.core_seconds
+            if c.sandbox_memory_gb == 0:
+                continue
+            for st in c.stages:
+                f = c.share * c.sandbox_memory_gb * st.count
+                if isinstance(st, GpuStage):
+                    for g, sv in p.servings.items():
+                        mg[g] += f * stage_gpu_latency_s(st, w.served_model, sv)
+                elif isinstance(st, CpuStage):
+                    for s, sku in cpu_skus.items():
+                        ms[s] += f * cpu_call_seconds(st, sku.per_core_perf)
+                elif isinstance(st, DelayStage):
+                    md += f * st.seconds
+        work.append(wk)
+        mem_g.append(mg)
+        mem_s.append(ms)
+        mem_d.append(md)
+    return work, mem_g, mem_s, mem_d
+
+
+def per_rack_count_bound(o: ServerOption, rack: Rack) -> int:
+    p = o.profile
+    bounds = [rack.usable_power_w // p.power_w, rack.usable_u // p.space_u]
+    if p.air_heat_w > 0:
+        bounds.append((rack.air_cooling_kw * 1000 - rack.reserved_power_w) // p.air_heat_w)
+    if p.liquid_heat_w > 0:
+        bounds.append((rack.liquid_cooling_kw * 1000) // p.liquid_heat_w)
+    return int(max(0, min(bounds)))
+
+
+def add_server_vars(m: LinearModel, p: Problem) -> dict[tuple[int, int], str]:
+    n = {}
+    for r in range(p.racks):
+        for i, o in enumerate(p.options):
+            ub = per_rack_count_bound(o, p.rack)
+            if ub > 0:
+                n[r, i] = m.var(f"n_r{r}_o{i}", 0, ub, integer=True)
+    return n
+
+
+def add_rack_budgets(m: LinearModel, p: Problem, n) -> None:
+    """power, cooling_air, cooling_liquid, space: one constraint per rack each."""
+    rk = p.rack
+    for r in range(p.racks):
+        idx = [i for (rr, i) in n if rr == r]
+        m.add(f"power_r{r}", "power", {n[r, i]: p.options[i].profile.power_w for i in idx}, "<=", rk.usable_power_w)
+        m.add(f"cooling_air_r{r}", "cooling_air", {n[r, i]: p.options[i].profile.air_heat_w for i in idx}, "<=",
+              rk.air_cooling_kw * 1000 - rk.reserved_power_w)
+        liquid = {n[r, i]: p.options[i].profile.liquid_heat_w for i in idx if p.options[i].profile.liquid_heat_w > 0}
+        if liquid:
+            m.add(f"cooling_liquid_r{r}", "cooling_liquid", liquid, "<=", rk.liquid_cooling_kw * 1000)
+        m.add(f"space_r{r}", "space", {n[r, i]: p.options[i].profile.space_u for i in idx}, "<=", rk.usable_u)
+
+
+def add_capital(m: LinearModel, p: Problem, n) -> None:
+    if p.capital_budget_usd is None:
+        return
+    missing = sorted({p.options[i].key for (_, i) in n if p.options[i].profile.price_usd is None})
+    if missing:
+        raise ValueError(f"a capital budget needs prices; no price for {', '.join(missing[:3])}")
+    m.add("capital", "capital", {v: p.options[i].profile.price_usd for (_, i), v in n.items()}, "<=",
+          p.capital_budget_usd)
+
+
+def throughput_upper_bound(p: Problem) -> float:
+    """A valid upper bound on X (tasks/h) for big-M constants: every rack filled with the best option."""
+    has_llm = any(isinstance(s, GpuStage) for c in p.workload.classes for s in c.stages)
+    if has_llm:
+        per_rack = max((per_rack_count_bound(o, p.rack) * (o.profile.gpu_tasks_per_s if o.flexible_orchestration
+                        else o.profile.serving_tasks_per_s) for o in p.options), default=0)
+        return max(1.0, per_rack * p.racks * HOUR_S * 1.01)
+    work, *_ = _queue_coeffs(p)
+    tool = max((per_rack_count_bound(o, p.rack) * o.profile.tool_cores * o.profile.per_core_perf for o in p.options),
+               default=0)
+    wmin = min((w for w in work if w > 0), default=1.0)
+    return max(1.0, tool * p.racks / wmin * HOUR_S * 1.01)
+
+
+def build(p: Problem, memory: bool = True) -> Built:
+    """The MILP; `memory=False` leaves out sandbox memory (and the SKU choices it needs) for a first, easier solve."""
+    m = LinearModel("rack_advisor")
+    n = add_server_vars(m, p)
+    x = m.var("X", 0, None)
+    x_ub = throughput_upper_bound(p)
+    add_rack_budgets(m, p, n)
+    add_capital(m, p, n)
+    count = {}  # option -> {n var: 1} across racks
+    for (r, i), v in n.items():
+        count.setdefault(i, {})[v] = 1.0
+
+    has_llm = any(isinstance(s, GpuStage) for c in p.workload.classes for s in c.stages)
+    u: dict[int, str] = {}
+    if has_llm:
+        terms = {x: 1.0}
+        for (_, i), v in n.items():
+            o = p.options[i]
+            if not o.flexible_orchestration and o.profile.serving_tasks_per_s > 0:
+                terms[v] = -o.profile.serving_tasks_per_s * HOUR_S
+        for i, o in enumerate(p.options):
+            if not (o.flexible_orchestration and i in count and o.profile.gpu_tasks_per_s > 0):
+                continue
+            serve = m.var(f"s_o{i}", 0, None)
+            terms[serve] = -1.0
+            m.add(f"gpu_compute_o{i}", "gpu_compute",
+                  {serve: 1.0, **{v: -o.profile.gpu_tasks_per_s * HOUR_S for v in count[i]}}, "<=", 0.0)
+            if math.isfinite(o.profile.orchestration_tasks_per_core_s):
+                u[i] = m.var(f"u_o{i}", 0, None)
+                m.add(f"orchestration_o{i}", "orchestration",
+                      {serve: 1.0, u[i]: -o.profile.orchestration_tasks_per_core_s * HOUR_S}, "<=", 0.0)
+        m.add("gpu_serving", "gpu_serving", terms, "<=", 0.0)
+
+    work, mem_g, mem_s, mem_d = _queue_coeffs(p)
+    needs_choice = memory and any(md > 0 or any(mg.values()) or any(ms.values())
+                                  for mg, ms, md in zip(mem_g, mem_s, mem_d))
+    y: dict[tuple[int, int], str] = {}
+    for qi, q in enumerate(p.partition):
+        for i, o in enumerate(p.options):
+            if o.profile.tool_cores > 0 and i in count:
+                y[i, qi] = m.var(f"y_o{i}_q{qi}", 0, None)
+    for i, o in enumerate(p.options):
+        terms = {y[i, qi]: 1.0 for qi in range(len(p.partition)) if (i, qi) in y}
+        if i in u:
+            terms[u[i]] = 1.0
+        if terms:
+            for v in count[i]:
+                terms[v] = -o.profile.tool_cores
+            m.add(f"core_split_o{i}", "core_split", terms, "<=", 0.0)
+    for qi, qname in enumerate(p.queue_names):
+        if work[qi] > 0:
+            terms = {y[i, q2]: -p.options[i].profile.per_core_perf for (i, q2) in y if q2 == qi}
+            terms[x] = work[qi] / HOUR_S
+            m.add(safe_name(f"tool_cores_{qname}"), f"tool_cores:{qname}", terms, "<=", 0.0)
+            cap = p.utilization_caps.get(qname)
+            if cap is not None and cap < 1.0:
+                slo_terms = {k: v * cap if k != x else v for k, v in terms.items()}
+                m.add(safe_name(f"slo_{qname}"), f"slo:{qname}", slo_terms, "<=", 0.0)
+
+    if needs_choice:
+        gpu_ids = sorted(p.servings)
+        cpu_ids = sorted({o.profile.cpu.id for o in p.options})
+        if has_llm and gpu_ids:
+            w_ = {g: m.var(safe_name(f"w_{g}"), 0, 1, integer=True) for g in gpu_ids}
+            xg = {g: m.var(safe_name(f"xg_{g}"), 0, None) for g in gpu_ids}
+            m.add("one_gpu_sku", "sku_choice", dict.fromkeys(w_.values(), 1.0), "<=", 1.0)
+            m.add("gpu_flow", "sku_choice", {**{v: 1.0 for v in xg.values()}, x: -1.0}, "==", 0.0)
+            for g in gpu_ids:
+                m.add(safe_name(f"gpu_flow_{g}"), "sku_choice", {xg[g]: 1.0, w_[g]: -x_ub}, "<=", 0.0)
+                for (_, i), v in n.items():
+                    if p.options[i].gpu_id == g:
+                        m.add(f"gpu_sku_n_{v}", "sku_choice", {v: 1.0, w_[g]: -m.vars[v].ub}, "<=", 0.0)
+        for qi, qname in enumerate(p.queue_names):
+            if not (mem_d[qi] > 0 or any(mem_g[qi].values()) or any(mem_s[qi].values())):
+                continue
+            z = {s: m.var(safe_name(f"z_q{qi}_{s}"), 0, 1, integer=True) for s in cpu_ids}
+            xs = {s: m.var(safe_name(f"xs_q{qi}_{s}"), 0, None) for s in cpu_ids}
+            m.add(f"one_cpu_sku_q{qi}", "sku_choice", dict.fromkeys(z.values(), 1.0), "<=", 1.0)
+            m.add(f"cpu_flow_q{qi}", "sku_choice", {**{v: 1.0 for v in xs.values()}, x: -1.0}, "==", 0.0)
+            for s in cpu_ids:
+                m.add(safe_name(f"cpu_flow_q{qi}_{s}"), "sku_choice", {xs[s]: 1.0, z[s]: -x_ub}, "<=", 0.0)
+            for (i, q2), v in y.items():
+                if q2 == qi:
+                    o = p.options[i]
+                    big = o.profile.tool_cores * sum(m.vars[c].ub for c in count[i])
+                    m.add(f"cpu_sku_{v}", "sku_choice", {v: 1.0, z[o.profile.cpu.id]: -big}, "<=", 0.0)
+            terms: dict[str, float] = {y[i, q2]: -p.options[i].profile.memory_per_core_gb for (i, q2) in y
+                                       if q2 == qi}
+            for g, coef in mem_g[qi].items():
+                if coef and has_llm:
+                    terms[xg[g]] = coef / HOUR_S
+            for s, coef in mem_s[qi].items():
+                if coef:
+                    terms[xs[s]] = coef / HOUR_S
+            if mem_d[qi]:
+                terms[x] = terms.get(x, 0.0) + mem_d[qi] / HOUR_S
+            m.add(safe_name(f"sandbox_memory_{qname}"), f"sandbox_memory:{qname}", terms, "<=", 0.0)
+
+    if p.required_tasks_per_hour is not None:
+        m.add("required_throughput", "required_throughput", {x: 1.0}, ">=", p.required_tasks_per_hour)
+    m.objective = {x: 1.0}
+    m.maximize = True
+    return Built(m, n, y, x, needs_choice, x_ub, u)
+
+
+def power_terms(b: Built, p: Problem) -> dict[str, float]:
+    return {v: p.options[i].profile.power_w for (_, i), v in b.n.items()}
+
+
+def cost_terms(b: Built, p: Problem) -> dict[str, float]:
+    return {v: (p.options[i].profile.price_usd or 0.0) for (_, i), v in b.n.items()}
+
+
+def gpu_capacity_terms(b: Built, p: Problem) -> dict[str, float]:
+    """GPU-only serving capacity (tasks/h), ignoring host CPUs: what a GPU-first plan maximizes first."""
+    return {v: p.options[i].profile.gpu_tasks_per_s * HOUR_S for (_, i), v in b.n.items()
+            if p.options[i].profile.gpus and math.isfinite(p.options[i].profile.gpu_tasks_per_s)}

@@ -1,0 +1,463 @@
+"""Optimize one layout: build the MILP, solve in stages (GPU-first, throughput, tie-breaks), explain the answer."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Literal
+
+from pydantic import Field
+
+from advisor.formulation import Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound, power_terms
+from advisor.options import Layout, ServerOption, enumerate_options
+from advisor.settings import OptimizerSettings
+from advisor.solver import LinearModel, Solution, solve
+from models.base import Frozen
+from models.catalog import Catalog
+from models.config import Configuration, Queue, ServerGroup
+from models.hardware import Rack
+from models.pipeline import Evaluation, evaluate
+from models.workload import CpuStage, Workload
+
+Objective = Literal["max_throughput", "min_cost", "min_power"]
+BUDGET_GROUPS = ("power", "cooling_air", "cooling_liquid", "space", "capital")
+BUDGET_UNITS = {"power": "W", "cooling_air": "W", "cooling_liquid": "W", "space": "U", "capital": "USD"}
+
+
+class ServerChoice(Frozen):
+    chassis: str
+    cpu: str
+    gpu: str | None
+    gpus_per_server: int
+    count: int
+    rack: int
+    orchestration_cores_per_gpu: float
+    queue_cores: dict[str, float]
+    """Cores per server in each tool queue."""
+    power_w_each: float
+    space_u_each: int
+
+
+class ConstraintStatus(Frozen):
+    group: str
+    name: str
+    used: float
+    available: float
+    unit: str
+    binding: bool
+    """True when the slack is too small for one more server (budgets) or zero (throughput limits)."""
+
+
+class ShadowPrice(Frozen):
+    group: str
+    tasks_per_hour_per_unit: float
+    """Marginal throughput per extra unit of the budget (LP relaxation: servers treated as divisible)."""
+    unit: str
+    what_it_takes: str | None = None
+    """Integer re-solve with this budget raised by 10%: the throughput it gives."""
+
+
+class Infeasibility(Frozen):
+    group: str
+    message: str
+    shortfall: float | None
+    unit: str
+
+
+class OptimizeResult(Frozen):
+    layout: str
+    status: str
+    """optimal, feasible (stopped at the gap), time_limit (best found, gap given), infeasible."""
+    gap: float | None
+    solver: str
+    seconds: float
+    partition: list[list[str]]
+    throughput_tasks_per_hour: float
+    """The evaluator's throughput of the chosen configuration."""
+    predicted_tasks_per_hour: float
+    """The MILP's objective; equals the evaluator's within solver tolerance."""
+    servers: list[ServerChoice]
+    cores_per_gpu: float | None
+    """Host cores per GPU (all host cores over all GPUs)."""
+    orchestration_cores_per_gpu: float | None
+    queues: list[dict]
+    power_w: float
+    space_u: int
+    air_heat_w: float
+    liquid_heat_w: float
+    gpu_idle_fraction: float
+    bottleneck: str
+    binding_constraints: list[str]
+    constraints: list[ConstraintStatus]
+    shadow_prices: list[ShadowPrice] = Field(default_factory=list)
+    infeasibility: list[Infeasibility] = Field(default_factory=list)
+    configuration: dict
+    """Feed to `advisor evaluate` (servers, queues, racks)."""
+    evaluation: Evaluation | None
+    message: str = ""
+    warnings: list[str] = Field(default_factory=list)
+
+
+def partitions(workload: Workload, layout: Layout) -> list[list[list[str]]]:
+    """Queue partitions to try: A and B share one queue; hybrid also tries isolated and tool-heavy/inference-heavy."""
+    need = [c for c in workload.classes if c.sandbox_memory_gb > 0 or any(isinstance(s, CpuStage) for s in c.stages)]
+    names = [c.name for c in need]
+    if not names:
+        return [[]]
+    out = [[names]]
+    if layout == "hybrid" and len(names) > 1:
+        out.append([[n] for n in names])
+        if len(names) > 2:
+            def tool_share(c) -> float:
+                cpu = sum(s.count * s.core_seconds for s in c.stages if isinstance(s, CpuStage))
+                tot = cpu + sum(s.count * getattr(s, "seconds", 0.0) for s in c.stages)
+                return cpu / tot if tot else 0.0
+            heavy = [c.name for c in need if tool_share(c) >= 0.5]
+            light = [c.name for c in need if tool_share(c) < 0.5]
+            if heavy and light:
+                out.append([heavy, light])
+    return out
+
+
+def _fix(model: LinearModel, name: str, terms: dict[str, float], sense: str, rhs: float, group: str) -> LinearModel:
+    m = model.copy()
+    m.add(name, group, terms, sense, rhs)  # type: ignore[arg-type]
+    return m
+
+
+class _Clock:
+    def __init__(self, limit: float):
+        self.t0, self.limit = time.perf_counter(), limit
+
+    def left(self) -> float:
+        return max(1.0, self.limit - (time.perf_counter() - self.t0))
+
+
+def _solve_stages(b: Built, p: Problem, layout: Layout, objective: Objective, backend: str,
+                  s: OptimizerSettings, clock: _Clock) -> tuple[Solution, LinearModel, list[str]]:
+    """Lexicographic stages; returns the final solution and model."""
+    notes: list[str] = []
+    model = b.model
+    if layout == "a":
+        gcap = gpu_capacity_terms(b, p)
+        if gcap:
+            m1 = model.copy()
+            m1.objective, m1.maximize = gcap, True
+            s1 = solve(m1, backend, clock.left(), s.mip_gap)
+            if not s1.has_solution:
+                return s1, m1, notes
+            model = _fix(model, "gpu_first", gcap, ">=", s1.objective * (1 - s.throughput_tie_tolerance) - 1e-6,
+                         "gpu_first")
+    if objective == "max_throughput":
+        sol = solve(model, backend, clock.left(), s.mip_gap)
+        if not sol.has_solution:
+            return sol, model, notes
+        x_star = sol.values[b.x]
+        tie = _fix(model, "throughput_tie", {b.x: 1.0}, ">=", x_star * (1 - s.throughput_tie_tolerance), "tie_break")
+        tie.maximize = False
+        total_cost = sum(per_rack_count_bound(o, p.rack) * (o.profile.price_usd or 0) for o in p.options) * p.racks
+        eps = 1.0 / (total_cost + 1.0)  # all cost together weighs less than one watt
+        tie.objective = {k: v for k, v in power_terms(b, p).items()}
+        for k, v in cost_terms(b, p).items():
+            tie.objective[k] = tie.objective.get(k, 0.0) + eps * v
+        core_eps = 0.1 / (sum(o.profile.cores * per_rack_count_bound(o, p.rack) for o in p.options) * p.racks + 1.0)
+        for v in b.u.values():  # canonical: reserve no more orchestration cores than needed
+            tie.objective[v] = core_eps
+        sol2 = solve(tie, backend, clock.left(), s.mip_gap)
+        if sol2.has_solution:
+            sol2.gap = sol.gap if sol.status != "optimal" else sol2.gap
+            if sol.status != "optimal":
+                sol2.status = sol.status
+            return sol2, tie, notes
+        notes.append("tie-break by power and cost did not finish; returning the first throughput-optimal solution")
+        return sol, model, notes
+    if p.required_tasks_per_hour is None:
+        raise ValueError(f"objective {objective} needs required_tasks_per_hour")
+    m2 = model.copy()
+    m2.maximize = False
+    m2.objective = cost_terms(b, p) if objective == "min_cost" else power_terms(b, p)
+    if objective == "min_cost" and not any(m2.objective.values()):
+        raise ValueError("min_cost needs prices; the candidate servers have none")
+    return solve(m2, backend, clock.left(), s.mip_gap), m2, notes
+
+
+def _diagnose(b: Built, p: Problem, backend: str, s: OptimizerSettings, clock: _Clock) -> list[Infeasibility]:
+    """Which single budget, raised, makes the request feasible, and by how much (minimum extra per rack)."""
+    out: list[Infeasibility] = []
+    if not p.options:
+        return out
+    for g in BUDGET_GROUPS:
+        cons = [c for c in b.model.constraints if c.group == g]
+        if not cons:
+            continue
+        m = LinearModel("diagnose", dict(b.model.vars), [c for c in b.model.constraints if c.group != g], {}, False)
+        slack = m.var("slack", 0, None)
+        for c in cons:
+            m.add(c.name, c.group, {**c.terms, slack: -1.0}, c.sense, c.rhs)
+        m.objective = {slack: 1.0}
+        sol = solve(m, backend, clock.left(), s.mip_gap)
+        if sol.has_solution:
+            extra = sol.values[slack]
+            unit = BUDGET_UNITS[g]
+            avail = cons[0].rhs
+            out.append(Infeasibility(group=g, shortfall=extra, unit=unit, message=(
+                f"raising {g} by {extra:,.0f} {unit}{' per rack' if g != 'capital' else ''} "
+                f"(from {avail:,.0f} to {avail + extra:,.0f} {unit}) makes it feasible")))
+    out.sort(key=lambda i: (i.shortfall or math.inf) / max(1.0, next(
+        c.rhs for c in b.model.constraints if c.group == i.group)))
+    return out
+
+
+def _configuration(b: Built, p: Problem, sol: Solution, layout: Layout) -> tuple[Configuration, list[ServerChoice]]:
+    totals: dict[int, int] = {}
+    for (r, i), v in b.n.items():
+        totals[i] = totals.get(i, 0) + int(round(sol.values.get(v, 0.0)))
+    groups, choices = [], []
+    for (r, i), v in sorted(b.n.items()):
+        cnt = int(round(sol.values.get(v, 0.0)))
+        if cnt <= 0:
+            continue
+        o = p.options[i]
+        orch_per_gpu = o.profile.orchestration_cores_per_gpu
+        if i in b.u:
+            orch_per_gpu = max(0.0, sol.values.get(b.u[i], 0.0)) / (totals[i] * o.profile.gpus)
+            orch_per_gpu = min(orch_per_gpu, o.profile.cores / o.profile.gpus)
+        tool_cores = o.profile.cores - orch_per_gpu * o.profile.gpus if i in b.u else o.profile.tool_cores
+        qc = {}
+        for qi, qn in enumerate(p.queue_names):
+            yv = b.y.get((i, qi))
+            if yv is not None:
+                qc[qn] = max(0.0, sol.values.get(yv, 0.0)) / totals[i]
+        tot = sum(qc.values())
+        if tot > tool_cores:  # solver tolerance
+            qc = {k: v * tool_cores / tot for k, v in qc.items()}
+        qc = {k: v for k, v in qc.items() if v > 1e-9}
+        pr = o.profile
+        groups.append(ServerGroup(chassis=pr.chassis.id, cpu=pr.cpu.id, gpu=pr.gpu.id if pr.gpu else None,
+                                  gpus_per_server=pr.gpus, count=cnt, rack=r,
+                                  orchestration_cores_per_gpu=orch_per_gpu, queue_cores=qc))
+        choices.append(ServerChoice(chassis=pr.chassis.id, cpu=pr.cpu.id, gpu=pr.gpu.id if pr.gpu else None,
+                                    gpus_per_server=pr.gpus, count=cnt, rack=r,
+                                    orchestration_cores_per_gpu=orch_per_gpu, queue_cores=qc,
+                                    power_w_each=pr.power_w, space_u_each=pr.space_u))
+    queues = [Queue(name=qn, classes=cls) for qn, cls in zip(p.queue_names, p.partition) if cls]
+    cfg = Configuration(name=f"layout {layout}", workload=p.workload.id, rack=p.rack.id, racks=p.racks,
+                        servers=groups or [], queues=queues or None) if groups else None
+    return cfg, choices
+
+
+def _constraint_status(b: Built, p: Problem, sol: Solution) -> list[ConstraintStatus]:
+    out = []
+    vals = sol.values
+    min_need = {
+        "power": min((o.profile.power_w for o in p.options), default=0),
+        "cooling_air": min((o.profile.air_heat_w for o in p.options if o.profile.air_heat_w > 0), default=0),
+        "cooling_liquid": min((o.profile.liquid_heat_w for o in p.options if o.profile.liquid_heat_w > 0), default=0),
+        "space": min((o.profile.space_u for o in p.options), default=0),
+        "capital": min((o.profile.price_usd or 0 for o in p.options), default=0),
+    }
+    for c in b.model.constraints:
+        if c.group in BUDGET_GROUPS:
+            used = sum(a * vals.get(k, 0.0) for k, a in c.terms.items())
+            binding = c.rhs - used < min_need[c.group] - 1e-9
+            out.append(ConstraintStatus(group=c.group, name=c.name, used=used, available=c.rhs,
+                                        unit=BUDGET_UNITS[c.group], binding=binding))
+        elif c.group in ("gpu_serving",) or c.group.startswith(("tool_cores:", "sandbox_memory:")):
+            pos = sum(a * vals.get(k, 0.0) for k, a in c.terms.items() if a > 0)
+            neg = -sum(a * vals.get(k, 0.0) for k, a in c.terms.items() if a < 0)
+            out.append(ConstraintStatus(group=c.group, name=c.name, used=pos, available=neg, unit="scaled",
+                                        binding=neg > 0 and pos >= neg * (1 - 1e-6)))
+    return out
+
+
+def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clock: _Clock, layout: Layout,
+                   x_best: float, explain_resolve: bool) -> list[ShadowPrice]:
+    relax = b.model.copy()
+    relax.vars = {k: type(v)(v.name, v.lb, v.ub, False) for k, v in relax.vars.items()}
+    relax.objective, relax.maximize = {b.x: 1.0}, True
+    lp = solve(relax, backend, clock.left(), 0.0)
+    prices = []
+    if not lp.has_solution or not lp.duals:
+        return prices
+    for g in BUDGET_GROUPS:
+        names = [c.name for c in b.model.constraints if c.group == g]
+        if not names:
+            continue
+        dual = sum(abs(lp.duals.get(n, 0.0)) for n in names) / len(names)
+        unit = BUDGET_UNITS[g]
+        scale = 1000.0 if unit == "W" else 1.0
+        label_unit = "kW" if unit == "W" else unit
+        takes = None
+        if explain_resolve and x_best > 0:
+            cons = [c for c in b.model.constraints if c.group == g]
+            m = LinearModel("what_if", dict(b.model.vars),
+                            [c if c.group != g else type(c)(c.name, c.group, c.terms, c.sense, c.rhs * 1.1)
+                             for c in b.model.constraints], {b.x: 1.0}, True)
+            if layout == "a":
+                gcap = gpu_capacity_terms(b, p)
+                m1 = m.copy()
+                m1.objective = gcap
+                s1 = solve(m1, backend, clock.left(), s.mip_gap)
+                if s1.has_solution:
+                    m.add("gpu_first", "gpu_first", gcap, ">=", s1.objective * (1 - s.throughput_tie_tolerance) - 1e-6)
+            sol = solve(m, backend, clock.left(), s.mip_gap)
+            if sol.has_solution:
+                gain = sol.values[b.x] - x_best
+                takes = (f"+10% {g} ({cons[0].rhs * 0.1 / scale:,.1f} {label_unit} per rack) gives "
+                         f"{gain:+,.0f} tasks/h ({gain / x_best:+.1%})")
+        prices.append(ShadowPrice(group=g, tasks_per_hour_per_unit=dual * scale, unit=label_unit, what_it_takes=takes))
+    return prices
+
+
+def optimize(
+    workload: Workload,
+    rack: Rack,
+    catalog: Catalog,
+    layout: Layout = "hybrid",
+    racks: int = 1,
+    backend: str = "cbc",
+    time_limit_s: float | None = None,
+    objective: Objective = "max_throughput",
+    required_tasks_per_hour: float | None = None,
+    capital_budget_usd: float | None = None,
+    gpu_ids: list[str] | None = None,
+    cpu_ids: list[str] | None = None,
+    settings: OptimizerSettings | None = None,
+    explain: bool = True,
+) -> OptimizeResult:
+    s = settings or OptimizerSettings()
+    clock = _Clock(time_limit_s or s.time_limit_s)
+    t0 = time.perf_counter()
+    options, servings = enumerate_options(
+        catalog, workload, rack, layout, s.layout_a_orchestration_cores_per_gpu,
+        s.assumptions.host_os_reserved_memory_gb, s.assumptions.tensor_parallel_domain_gpus, gpu_ids, cpu_ids)
+    best = None
+    for part in partitions(workload, layout):
+        p = Problem(workload, rack, racks, options, servings, part, capital_budget_usd, required_tasks_per_hour)
+        # Sandbox memory needs SKU-choice binaries; solve without it first and keep that answer when the evaluator
+        # confirms memory does not bind (the relaxation's optimum is then optimal for the full problem).
+        memory = False
+        for _ in range(s.slo_iterations):
+            b = build(p, memory=memory)
+            sol, _, notes = _solve_stages(b, p, layout, objective, backend, s, clock)
+            if not sol.has_solution or b.x not in sol.values:
+                break
+            ev = _evaluate_solution(b, p, sol, layout, s)
+            if ev is None:
+                break
+            x_mip = sol.values[b.x]
+            short = [bd for bd in ev.bounds if bd.tasks_per_hour < x_mip * (1 - 1e-7)]
+            if not memory and any(bd.kind == "memory" for bd in short):
+                memory = True
+                continue
+            slo_short = [bd for bd in short if bd.kind == "slo"]
+            caps = _slo_caps(ev, p.workload, s)
+            if not slo_short and all(abs(caps.get(q, 1.0) - p.utilization_caps.get(q, 1.0)) < 1e-9 or
+                                     caps.get(q, 1.0) <= p.utilization_caps.get(q, 1.0) for q in caps):
+                break
+            if not slo_short and ev.throughput_tasks_per_hour <= x_mip * (1 + 1e-7):
+                break
+            p.utilization_caps = caps
+        else:
+            notes = notes + ["the tail-wait iteration stopped at its limit; the answer meets the SLO but may not be "
+                             "the best that does"]
+        key = (sol.values.get(b.x, -1.0) if sol.has_solution else -1.0,
+               -sum(power_terms(b, p).get(k, 0) * v for k, v in sol.values.items()) if sol.has_solution else 0)
+        if best is None or key > best[0]:
+            best = (key, p, b, sol, notes)
+    _, p, b, sol, notes = best
+    return _result(p, b, sol, notes, layout, backend, s, clock, t0, explain)
+
+
+def _evaluate_solution(b: Built, p: Problem, sol: Solution, layout: Layout, s: OptimizerSettings) -> Evaluation | None:
+    cfg, _ = _configuration(b, p, sol, layout)
+    return None if cfg is None else evaluate(cfg, p.workload, p.rack, _catalog_of(p), s.assumptions)
+
+
+def _slo_caps(ev: Evaluation, workload: Workload, s: OptimizerSettings) -> dict[str, float]:
+    """Utilization each queue may run at and still meet the tool-wait target, at the size this answer gave it
+    (M/M/c; a larger queue may run hotter, so the next solve uses the new caps)."""
+    from models.queueing import max_arrival_for_wait
+
+    slo = workload.slo
+    if not slo or not slo.tool_wait_p95_seconds:
+        return {}
+    caps = {}
+    for q in ev.queues:
+        if q.servers <= 0 or q.mean_call_s <= 0:
+            continue
+        lam = max_arrival_for_wait(q.servers, q.mean_call_s, slo.tool_wait_p95_seconds, s.assumptions.tail_quantile)
+        caps[q.name] = min(1.0, lam * q.mean_call_s * q.mean_parallelism / q.cores) if q.cores > 0 else 1.0
+    return caps
+
+
+def _result(p: Problem, b: Built, sol: Solution, notes: list[str], layout: Layout, backend: str,
+            s: OptimizerSettings, clock: _Clock, t0: float, explain: bool) -> OptimizeResult:
+    empty = dict(servers=[], cores_per_gpu=None, orchestration_cores_per_gpu=None, queues=[], power_w=0.0, space_u=0,
+                 air_heat_w=0.0, liquid_heat_w=0.0, gpu_idle_fraction=0.0, configuration={}, evaluation=None)
+    if not p.options:
+        msg = "no candidate server fits an empty rack within its power, cooling and space budgets"
+        return OptimizeResult(layout=layout, status="infeasible", gap=None, solver=backend,
+                              seconds=time.perf_counter() - t0, partition=p.partition, throughput_tasks_per_hour=0.0,
+                              predicted_tasks_per_hour=0.0, bottleneck="none", binding_constraints=[], constraints=[],
+                              infeasibility=_empty_rack_diagnosis(p), message=msg, **empty)
+    if not sol.has_solution:
+        status = "infeasible" if sol.status == "infeasible" else sol.status
+        diag = _diagnose(b, p, backend, s, clock) if status == "infeasible" else []
+        msg = ("infeasible: " + "; ".join(d.message for d in diag[:3])) if diag else f"no solution ({sol.status})"
+        return OptimizeResult(layout=layout, status=status, gap=sol.gap, solver=backend,
+                              seconds=time.perf_counter() - t0, partition=p.partition, throughput_tasks_per_hour=0.0,
+                              predicted_tasks_per_hour=0.0, bottleneck="none", binding_constraints=[], constraints=[],
+                              infeasibility=diag, message=msg, **empty)
+    cfg, choices = _configuration(b, p, sol, layout)
+    x_pred = sol.values[b.x]
+    warnings = list(notes)
+    if cfg is None:
+        return OptimizeResult(layout=layout, status="infeasible", gap=sol.gap, solver=backend,
+                              seconds=time.perf_counter() - t0, partition=p.partition, throughput_tasks_per_hour=0.0,
+                              predicted_tasks_per_hour=0.0, bottleneck="none", binding_constraints=[], constraints=[],
+                              infeasibility=_empty_rack_diagnosis(p),
+                              message="no configuration gives any throughput within the budgets", **empty)
+    ev = evaluate(cfg, p.workload, p.rack, _catalog_of(p), s.assumptions)
+    if abs(ev.throughput_tasks_per_hour - x_pred) > 1e-4 * max(1.0, x_pred):
+        warnings.append(f"evaluator gives {ev.throughput_tasks_per_hour:,.1f} tasks/h, the MILP predicted {x_pred:,.1f}")
+    cons = _constraint_status(b, p, sol)
+    binding = sorted({c.group for c in cons if c.binding})
+    gpus = sum(c.count * c.gpus_per_server for c in choices)
+    host_cores = sum(c.count * next(o.profile.cores for o in p.options if o.profile.chassis.id == c.chassis
+                                    and o.profile.cpu.id == c.cpu and o.profile.gpus == c.gpus_per_server)
+                     for c in choices if c.gpu)
+    orch = sum(c.count * c.gpus_per_server * c.orchestration_cores_per_gpu for c in choices)
+    prices = _shadow_prices(b, p, backend, s, clock, layout, ev.throughput_tasks_per_hour, explain) if explain else []
+    return OptimizeResult(
+        layout=layout, status=sol.status, gap=sol.gap, solver=backend, seconds=time.perf_counter() - t0,
+        partition=p.partition, throughput_tasks_per_hour=ev.throughput_tasks_per_hour, predicted_tasks_per_hour=x_pred,
+        servers=choices, cores_per_gpu=(host_cores / gpus if gpus else None),
+        orchestration_cores_per_gpu=(orch / gpus if gpus else None),
+        queues=[q.model_dump() for q in ev.queues], power_w=ev.power_w, space_u=ev.space_u,
+        air_heat_w=ev.air_heat_w, liquid_heat_w=ev.liquid_heat_w, gpu_idle_fraction=ev.gpu_idle_fraction,
+        bottleneck=ev.bottleneck, binding_constraints=binding, constraints=cons, shadow_prices=prices,
+        configuration=cfg.model_dump(mode="json", exclude_none=True), evaluation=ev, warnings=warnings,
+        message=_summary(ev, binding),
+    )
+
+
+def _summary(ev: Evaluation, binding: list[str]) -> str:
+    budgets = [g for g in binding if g in BUDGET_GROUPS]
+    return (f"{ev.throughput_tasks_per_hour:,.0f} tasks/h; bottleneck {ev.bottleneck}; "
+            f"binding budgets: {', '.join(budgets) or 'none'}")
+
+
+def _empty_rack_diagnosis(p: Problem) -> list[Infeasibility]:
+    return [Infeasibility(group="power", shortfall=None, unit="W",
+                          message=f"rack {p.rack.id} offers {p.rack.usable_power_w:,.0f} W, "
+                                  f"{p.rack.usable_u} U and {p.rack.air_cooling_kw:g} kW air cooling; "
+                                  "no candidate server (after layout and SKU filters) fits or serves the workload")]
+
+
+def _catalog_of(p: Problem) -> Catalog:
+    """A catalog of just what the options use, for the evaluator."""
+    cpus = {o.profile.cpu.id: o.profile.cpu for o in p.options}
+    gpus = {o.profile.gpu.id: o.profile.gpu for o in p.options if o.profile.gpu}
+    chassis = {o.profile.chassis.id: o.profile.chassis for o in p.options}
+    return Catalog.build(cpus=cpus.values(), gpus=gpus.values(), chassis=chassis.values())

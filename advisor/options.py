@@ -1,0 +1,137 @@
+"""Candidate servers: every (chassis, CPU, GPU, GPUs per server, orchestration cores per GPU) a layout may use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from models.catalog import Catalog
+from models.hardware import Rack
+from models.performance import GpuServing, gpu_serving
+from models.server import ServerProfile, server_profile
+from models.workload import Workload
+
+Layout = Literal["a", "b", "hybrid"]
+
+
+@dataclass(frozen=True)
+class ServerOption:
+    key: str
+    profile: ServerProfile
+    flexible_orchestration: bool = False
+    """True: the optimizer decides how many host cores serve the GPUs (profile built with none reserved).
+    False: the profile's reservation is fixed (the GPU-first rule, or CPU-only nodes)."""
+
+    @property
+    def role(self) -> str:
+        return "gpu" if self.profile.gpus else "cpu"
+
+    @property
+    def gpu_id(self) -> str | None:
+        return self.profile.gpu.id if self.profile.gpu else None
+
+    @property
+    def cpu_id(self) -> str:
+        return self.profile.cpu.id
+
+
+def _fits_empty_rack(p: ServerProfile, rack: Rack) -> bool:
+    return (
+        p.power_w <= rack.usable_power_w
+        and p.space_u <= rack.usable_u
+        and p.air_heat_w <= rack.air_cooling_kw * 1000 - rack.reserved_power_w
+        and p.liquid_heat_w <= rack.liquid_cooling_kw * 1000
+    )
+
+
+def _dominates(a: ServerOption, b: ServerOption) -> bool:
+    """a is at least as good as b in every benefit and no worse in every cost (same GPU and CPU SKU)."""
+    pa, pb = a.profile, b.profile
+    if a.gpu_id != b.gpu_id or a.cpu_id != b.cpu_id:
+        return False
+    price_ok = (pa.price_usd or 0.0) <= (pb.price_usd or 0.0) and (pa.price_usd is None) == (pb.price_usd is None)
+    if a.flexible_orchestration != b.flexible_orchestration:
+        return False
+    if a.flexible_orchestration:
+        serving_ok = (pa.gpu_tasks_per_s >= pb.gpu_tasks_per_s
+                      and pa.orchestration_tasks_per_core_s >= pb.orchestration_tasks_per_core_s)
+    else:
+        serving_ok = pa.serving_tasks_per_s >= pb.serving_tasks_per_s
+    return (
+        serving_ok
+        and pa.tool_cores >= pb.tool_cores
+        and pa.memory_per_core_gb >= pb.memory_per_core_gb
+        and pa.power_w <= pb.power_w
+        and pa.air_heat_w <= pb.air_heat_w
+        and pa.liquid_heat_w <= pb.liquid_heat_w
+        and pa.space_u <= pb.space_u
+        and price_ok
+    )
+
+
+def prune_dominated(options: list[ServerOption]) -> list[ServerOption]:
+    """Drop options another option dominates; among identical ones keep the first (a stable, canonical choice)."""
+    keep: list[ServerOption] = []
+    for i, o in enumerate(options):
+        dominated = False
+        for j, other in enumerate(options):
+            if i == j or not _dominates(other, o):
+                continue
+            if _dominates(o, other) and i < j:  # identical figures: keep the earlier one
+                continue
+            dominated = True
+            break
+        if not dominated:
+            keep.append(o)
+    return keep
+
+
+def enumerate_options(
+    catalog: Catalog,
+    workload: Workload,
+    rack: Rack,
+    layout: Layout,
+    layout_a_orchestration: float,
+    os_reserved_memory_gb: float,
+    tp_domain_gpus: int = 8,
+    gpu_ids: list[str] | None = None,
+    cpu_ids: list[str] | None = None,
+    prune: bool = True,
+) -> tuple[list[ServerOption], dict[str, GpuServing]]:
+    servings: dict[str, GpuServing] = {}
+    options: list[ServerOption] = []
+    for ch in sorted(catalog.chassis, key=lambda c: c.id):
+        if ch.role == "cpu" and layout != "hybrid":
+            continue
+        if layout == "a":
+            if ch.role != "gpu" or ch.default_cpu is None:
+                continue
+            cpus = [catalog.cpus[ch.default_cpu]]
+        else:
+            cpus = [c for c in sorted(catalog.cpus, key=lambda c: c.id) if ch.accepts_cpu(c)]
+        if cpu_ids is not None and layout != "a":
+            cpus = [c for c in cpus if c.id in cpu_ids]
+        gpus = [g for g in sorted(catalog.gpus, key=lambda g: g.id) if ch.accepts_gpu(g)] if ch.role == "gpu" else [None]
+        if gpu_ids is not None and ch.role == "gpu":
+            gpus = [g for g in gpus if g.id in gpu_ids]
+        for cpu in cpus:
+            for gpu in gpus:
+                counts = ch.gpu_counts if gpu is not None else [0]
+                if gpu is not None and gpu.id not in servings:
+                    servings[gpu.id] = gpu_serving(workload, gpu, tp_domain_gpus)
+                serving = servings.get(gpu.id) if gpu is not None else None
+                if serving is not None and not serving.fits:
+                    continue
+                for n in counts:
+                    fixed = gpu is not None and layout == "a"
+                    oc = layout_a_orchestration if fixed else 0.0
+                    if oc * n > ch.cpu_sockets * cpu.cores:
+                        continue
+                    p = server_profile(ch, cpu, gpu, n, oc, workload, serving, os_reserved_memory_gb)
+                    if not _fits_empty_rack(p, rack):
+                        continue
+                    key = f"{ch.id}|{cpu.id}|{gpu.id if gpu else '-'}|{n}"
+                    options.append(ServerOption(key, p, flexible_orchestration=gpu is not None and not fixed))
+    if prune:
+        options = prune_dominated(options)
+    return options, servings

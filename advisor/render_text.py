@@ -1,0 +1,115 @@
+"""Terminal tables for the CLI (rich)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from models.pipeline import Evaluation
+
+
+def _num(x: float | None, fmt: str = ",.0f") -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def print_evaluation(ev: Evaluation, console: Console) -> None:
+    console.print(f"[bold]{ev.configuration}[/bold]  workload [cyan]{ev.workload}[/cyan]  rack [cyan]{ev.rack_profile}[/cyan]")
+    head = Table(show_header=False, box=None)
+    head.add_row("Sustainable throughput", f"[bold]{_num(ev.throughput_tasks_per_hour)}[/bold] tasks/h")
+    head.add_row("Bottleneck", f"{ev.bottleneck} ({ev.bottleneck_kind})")
+    head.add_row("GPU idle at that throughput", f"{ev.gpu_idle_fraction:.1%} (waiting on CPU stages: {ev.gpu_idle_on_cpu_fraction:.1%})")
+    head.add_row("Operating point", f"{ev.operating_point}: {_num(ev.arrival_rate_tasks_per_hour)} tasks/h")
+    head.add_row("Task time p50 / p95 / p99",
+                 f"{_num(ev.p50_task_seconds, ',.1f')} / {_num(ev.p95_task_seconds, ',.1f')} / {_num(ev.p99_task_seconds, ',.1f')} s"
+                 f"  (unloaded mean {ev.unloaded_task_seconds:,.1f} s)")
+    if ev.slo_met is not None:
+        head.add_row("p95 SLO", "met" if ev.slo_met else "[red]missed[/red]")
+    if ev.closed_loop:
+        cl = ev.closed_loop
+        head.add_row("Closed loop (exact MVA)", f"{cl.agents:,} agents: {cl.throughput_tasks_per_hour:,.0f} tasks/h, "
+                     f"mean task {cl.mean_task_seconds:,.1f} s")
+    head.add_row("Power / air / liquid", f"{ev.power_w / 1000:,.1f} kW / {ev.air_heat_w / 1000:,.1f} kW / {ev.liquid_heat_w / 1000:,.1f} kW")
+    head.add_row("Space", f"{ev.space_u} U; {ev.gpus} GPUs, {ev.cores:,} cores")
+    console.print(head)
+
+    t = Table(title="Throughput bound per pool")
+    for col in ("pool", "tasks/h", "how"):
+        t.add_column(col)
+    for b in sorted(ev.bounds, key=lambda b: b.tasks_per_hour):
+        mark = " *" if b.name == ev.bottleneck else ""
+        t.add_row(b.name + mark, _num(b.tasks_per_hour), b.detail)
+    console.print(t)
+
+    t = Table(title="Where a task's time goes (operating point)")
+    for col in ("class/stage", "resource", "service s", "wait s", "share"):
+        t.add_column(col)
+    for st in ev.stage_times:
+        t.add_row(f"{st.task_class}/{st.stage}", st.resource, f"{st.service_s:,.1f}", f"{st.wait_s:,.1f}", f"{st.share:.1%}")
+    console.print(t)
+
+    t = Table(title="Utilization (operating point)")
+    t.add_column("pool")
+    t.add_column("utilization")
+    for k, v in ev.utilization.items():
+        t.add_row(k, f"{v:.1%}")
+    console.print(t)
+
+    t = Table(title="Racks")
+    for col in ("rack", "power kW", "air kW", "liquid kW", "U", "exceeded"):
+        t.add_column(col)
+    for r in ev.racks:
+        t.add_row(str(r.rack), f"{r.power_w / 1000:,.1f} / {r.power_budget_w / 1000:,.0f}",
+                  f"{r.air_heat_w / 1000:,.1f} / {r.air_cooling_w / 1000:,.0f}",
+                  f"{r.liquid_heat_w / 1000:,.1f} / {r.liquid_cooling_w / 1000:,.0f}",
+                  f"{r.space_u} / {r.space_budget_u}", "; ".join(r.exceeded) or "-")
+    console.print(t)
+    for w in ev.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+
+
+def print_optimize(res, console: Console) -> None:
+    gap = f", gap {res.gap:.2%}" if res.gap else ""
+    console.print(f"[bold]layout {res.layout}[/bold]: {res.status}{gap} ({res.solver}, {res.seconds:.2f} s)")
+    if res.status == "infeasible" or not res.servers:
+        console.print(f"[red]{res.message}[/red]")
+        for d in res.infeasibility:
+            console.print(f"  - {d.message}")
+        return
+    console.print(f"[bold]{res.throughput_tasks_per_hour:,.0f} tasks/h[/bold]; bottleneck {res.bottleneck}; "
+                  f"binding: {', '.join(res.binding_constraints) or 'none'}")
+    t = Table(title="Servers")
+    for c in ("rack", "count", "chassis", "cpu", "gpu", "orch cores/GPU", "queue cores per server", "power each W"):
+        t.add_column(c)
+    for s in res.servers:
+        t.add_row(str(s.rack), str(s.count), s.chassis, s.cpu, f"{s.gpus_per_server}x {s.gpu}" if s.gpu else "-",
+                  f"{s.orchestration_cores_per_gpu:g}" if s.gpu else "-",
+                  ", ".join(f"{k}: {v:,.1f}" for k, v in s.queue_cores.items()) or "-", f"{s.power_w_each:,.0f}")
+    console.print(t)
+    if res.cores_per_gpu is not None:
+        console.print(f"host cores per GPU {res.cores_per_gpu:.1f} (orchestration {res.orchestration_cores_per_gpu:.1f}); "
+                      f"GPU idle at this throughput {res.gpu_idle_fraction:.1%}")
+    console.print(f"power {res.power_w / 1000:,.1f} kW, air {res.air_heat_w / 1000:,.1f} kW, "
+                  f"liquid {res.liquid_heat_w / 1000:,.1f} kW, space {res.space_u} U")
+    for q in res.queues:
+        console.print(f"queue {q['name']}: classes {', '.join(q['classes'])}; {q['cores']:,.1f} cores")
+    for p in res.shadow_prices:
+        line = f"  {p.group}: {p.tasks_per_hour_per_unit:,.1f} tasks/h per {p.unit} (LP relaxation)"
+        if p.what_it_takes:
+            line += f"; {p.what_it_takes}"
+        console.print(line)
+    for w in res.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}")
+
+
+def print_compare(cmp, console: Console) -> None:
+    t = Table(title="Layouts")
+    for c in ("layout", "status", "tasks/h", "vs A", "GPUs", "power kW", "U", "bottleneck", "binding"):
+        t.add_column(c)
+    for r in cmp.results:
+        ratio = cmp.ratio_vs_a.get(r.layout)
+        gpus = sum(s.count * s.gpus_per_server for s in r.servers)
+        t.add_row(r.layout, r.status, f"{r.throughput_tasks_per_hour:,.0f}", f"{ratio:.2f}x" if ratio else "n/a",
+                  str(gpus), f"{r.power_w / 1000:,.1f}", str(r.space_u), r.bottleneck,
+                  ", ".join(r.binding_constraints))
+    console.print(t)
+    console.print(cmp.summary)

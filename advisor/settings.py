@@ -1,0 +1,24 @@
+"""Optimizer settings: defaults with their basis (override per request)."""
+
+from pydantic import Field
+
+from models.assumptions import ModelAssumptions
+from models.base import Frozen
+
+
+class OptimizerSettings(Frozen):
+    """How the optimizer searches, and the rules that define the GPU-first layout."""
+
+    layout_a_orchestration_cores_per_gpu: float = Field(default=2.0, ge=0)
+    """GPU-first rule of thumb: cores per GPU reserved for the serving engine, the rest of the host for tools.
+    Assumption: vLLM and SGLang run one engine worker process per GPU plus an API server and tokenizer."""
+    time_limit_s: float = Field(default=60.0, gt=0)
+    """Wall-clock limit per solve."""
+    mip_gap: float = Field(default=1e-6, ge=0, lt=1)
+    """Relative optimality gap at which a solve stops."""
+    throughput_tie_tolerance: float = Field(default=1e-7, ge=0, lt=1e-2)
+    """When breaking ties by power and cost, keep throughput within this relative distance of the optimum."""
+    slo_iterations: int = Field(default=8, gt=0)
+    """Solves allowed to settle per-queue utilization caps for a tool-wait target (and to add sandbox memory)."""
+    assumptions: ModelAssumptions = ModelAssumptions()
+    """Pipeline-model assumptions used to evaluate options."""

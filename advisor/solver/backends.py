@@ -1,0 +1,125 @@
+"""Backends: translate a LinearModel to a real solver and read the answer back."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import pulp
+
+from advisor.solver.linear import LinearModel, Solution
+
+
+def _gap(obj: float | None, bound: float | None) -> float | None:
+    if obj is None or bound is None or not math.isfinite(bound):
+        return None
+    return abs(bound - obj) / max(1e-9, abs(obj)) if abs(obj) > 1e-9 else (0.0 if abs(bound) < 1e-9 else None)
+
+
+def to_pulp(model: LinearModel) -> tuple[pulp.LpProblem, dict[str, pulp.LpVariable], dict[str, pulp.LpConstraint]]:
+    prob = pulp.LpProblem(model.name, pulp.LpMaximize if model.maximize else pulp.LpMinimize)
+    v = {
+        n: pulp.LpVariable(n, lowBound=x.lb, upBound=x.ub, cat=pulp.LpInteger if x.integer else pulp.LpContinuous)
+        for n, x in model.vars.items()
+    }
+    prob += pulp.lpSum(c * v[n] for n, c in model.objective.items()), "objective"
+    cons = {}
+    for c in model.constraints:
+        expr = pulp.lpSum(a * v[n] for n, a in c.terms.items())
+        if c.sense == "<=":
+            con = expr <= c.rhs
+        elif c.sense == ">=":
+            con = expr >= c.rhs
+        else:
+            con = expr == c.rhs
+        prob.addConstraint(con, c.name)
+        cons[c.name] = con
+    return prob, v, cons
+
+
+def solve_cbc(model: LinearModel, time_limit_s: float, gap: float, threads: int = 1) -> Solution:
+    prob, v, cons = to_pulp(model)
+    is_mip = any(x.integer for x in model.vars.values())
+    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(time_limit_s)), gapRel=gap, threads=threads)
+    t0 = time.perf_counter()
+    prob.solve(solver)
+    secs = time.perf_counter() - t0
+    status = pulp.LpStatus[prob.status]
+    sol_status = prob.sol_status
+    values = {n: (var.value() if var.value() is not None else 0.0) for n, var in v.items()}
+    obj = pulp.value(prob.objective) if sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible) else None
+    if status == "Infeasible" or sol_status == pulp.LpSolutionInfeasible:
+        return Solution("infeasible", None, {}, seconds=secs, backend="cbc")
+    if status == "Unbounded":
+        return Solution("unbounded", None, {}, seconds=secs, backend="cbc")
+    if sol_status == pulp.LpSolutionOptimal:
+        st = "optimal"
+    elif sol_status == pulp.LpSolutionIntegerFeasible:
+        st = "time_limit" if secs >= time_limit_s * 0.95 else "feasible"
+    else:
+        return Solution("time_limit" if secs >= time_limit_s * 0.95 else "error", None, {}, seconds=secs, backend="cbc")
+    duals = {}
+    if not is_mip:
+        duals = {n: (c.pi if c.pi is not None else 0.0) for n, c in cons.items()}
+    bound = getattr(solver, "bestBound", None) if is_mip else obj
+    return Solution(st, obj, values, best_bound=bound, gap=0.0 if st == "optimal" else _gap(obj, bound),
+                    seconds=secs, duals=duals, backend="cbc")
+
+
+def solve_ortools(model: LinearModel, time_limit_s: float, gap: float, threads: int = 1) -> Solution:
+    from ortools.linear_solver import pywraplp
+
+    is_mip = any(x.integer for x in model.vars.values())
+    s = pywraplp.Solver.CreateSolver("SCIP" if is_mip else "GLOP")
+    if s is None:
+        return Solution("error", None, {}, backend="ortools")
+    inf = s.infinity()
+    v = {n: (s.IntVar if x.integer else s.NumVar)(x.lb, inf if x.ub is None else x.ub, n) for n, x in model.vars.items()}
+    cons = {}
+    for c in model.constraints:
+        lo, hi = (-inf, c.rhs) if c.sense == "<=" else ((c.rhs, inf) if c.sense == ">=" else (c.rhs, c.rhs))
+        ct = s.Constraint(lo, hi, c.name)
+        for n, a in c.terms.items():
+            ct.SetCoefficient(v[n], a)
+        cons[c.name] = ct
+    obj = s.Objective()
+    for n, a in model.objective.items():
+        obj.SetCoefficient(v[n], a)
+    obj.SetMaximization() if model.maximize else obj.SetMinimization()
+    s.SetTimeLimit(int(max(1.0, time_limit_s) * 1000))
+    s.SetNumThreads(threads)
+    params = pywraplp.MPSolverParameters()
+    if is_mip:
+        params.SetDoubleParam(pywraplp.MPSolverParameters.RELATIVE_MIP_GAP, gap)
+    t0 = time.perf_counter()
+    rc = s.Solve(params)
+    secs = time.perf_counter() - t0
+    if rc == pywraplp.Solver.INFEASIBLE:
+        return Solution("infeasible", None, {}, seconds=secs, backend="ortools")
+    if rc == pywraplp.Solver.UNBOUNDED:
+        return Solution("unbounded", None, {}, seconds=secs, backend="ortools")
+    if rc not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
+        return Solution("time_limit" if secs >= time_limit_s * 0.95 else "error", None, {}, seconds=secs,
+                        backend="ortools")
+    values = {n: x.solution_value() for n, x in v.items()}
+    objective = obj.Value()
+    bound = obj.BestBound() if is_mip else objective
+    if rc == pywraplp.Solver.OPTIMAL:
+        st = "optimal"
+    else:
+        st = "time_limit" if secs >= time_limit_s * 0.95 else "feasible"
+    duals = {n: c.dual_value() for n, c in cons.items()} if not is_mip else {}
+    return Solution(st, objective, values, best_bound=bound, gap=0.0 if st == "optimal" else _gap(objective, bound),
+                    seconds=secs, duals=duals, backend="ortools")
+
+
+BACKENDS: dict[str, Callable[..., Solution]] = {"cbc": solve_cbc, "ortools": solve_ortools}
+
+
+def solve(model: LinearModel, backend: str = "cbc", time_limit_s: float = 60.0, gap: float = 1e-6) -> Solution:
+    try:
+        fn = BACKENDS[backend]
+    except KeyError:
+        raise ValueError(f"unknown solver {backend!r}; choose one of {', '.join(BACKENDS)}") from None
+    return fn(model, time_limit_s, gap)

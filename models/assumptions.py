@@ -1,0 +1,27 @@
+"""Modelling assumptions that are not hardware or workload data, with their basis."""
+
+from pydantic import Field
+
+from models.base import Frozen
+
+
+class ModelAssumptions(Frozen):
+    """Defaults the pipeline model needs beyond the catalogs. Override per run; each says where it comes from."""
+
+    host_os_reserved_memory_gb: float = Field(default=32.0, ge=0)
+    """Host memory per server kept for the OS, container runtime, page cache and serving processes, not for
+    sandboxes. Assumption: a common kubelet/systemd reservation plus an inference engine's host buffers on
+    servers with 0.5-2 TB of memory."""
+    operating_load_fraction: float = Field(default=0.8, gt=0, lt=1)
+    """Open-arrival operating point as a fraction of sustainable throughput when none is given. Assumption: capacity
+    plans commonly target 70-85% peak utilization to keep queueing tails bounded."""
+    tail_quantile: float = Field(default=0.95, gt=0.5, lt=1)
+    """Quantile used for tail latency figures and SLO checks (p95)."""
+    max_closed_loop_agents: int = Field(default=5000, gt=0)
+    """Largest agent population the exact MVA is run for (cost grows as N^2); larger populations are capped and
+    flagged. Chosen so one evaluation stays under a second on a 2-core machine."""
+    tensor_parallel_domain_gpus: int = Field(default=8, gt=0)
+    """Largest tensor-parallel degree used unless the weights need more: one NVLink/Infinity Fabric domain, 8 GPUs
+    on HGX/OAM baseboards (NVIDIA HGX and AMD Instinct platform specifications)."""
+    gpu_birth_death_states: int = Field(default=20000, gt=0)
+    """States kept when solving the GPU batching station with open arrivals (a geometric tail covers the rest)."""

@@ -1,0 +1,75 @@
+"""The catalog as an in-memory lookup (loading from files lives in advisor.catalog)."""
+
+import difflib
+from typing import Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from models.hardware import Chassis, CpuSku, GpuSku, Rack
+from models.workload import ServedModel, Workload
+
+T = TypeVar("T")
+
+
+class UnknownId(KeyError):
+    """An id that is not in the catalog, with close matches to suggest."""
+
+    def __init__(self, kind: str, key: str, known: list[str]):
+        self.kind, self.key = kind, key
+        self.suggestions = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(self.suggestions)}?" if self.suggestions else ""
+        super().__init__(f"unknown {kind} id {key!r}{hint}")
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class Table(Generic[T]):
+    """Entries of one kind by id."""
+
+    def __init__(self, kind: str, entries: list[T]):
+        self.kind = kind
+        self.entries: dict[str, T] = {}
+        for e in entries:
+            if e.id in self.entries:  # type: ignore[attr-defined]
+                raise ValueError(f"duplicate {kind} id {e.id!r}")  # type: ignore[attr-defined]
+            self.entries[e.id] = e  # type: ignore[attr-defined]
+
+    def __getitem__(self, key: str) -> T:
+        try:
+            return self.entries[key]
+        except KeyError:
+            raise UnknownId(self.kind, key, list(self.entries)) from None
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.entries
+
+    def __iter__(self):
+        return iter(self.entries.values())
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+class Catalog(BaseModel):
+    """Every catalog table the model and optimizer look things up in."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    cpus: Table[CpuSku]
+    gpus: Table[GpuSku]
+    chassis: Table[Chassis]
+    racks: Table[Rack]
+    served_models: Table[ServedModel]
+    workloads: Table[Workload]
+
+    @classmethod
+    def build(cls, cpus=(), gpus=(), chassis=(), racks=(), served_models=(), workloads=()) -> "Catalog":
+        return cls(
+            cpus=Table("cpu", list(cpus)),
+            gpus=Table("gpu", list(gpus)),
+            chassis=Table("chassis", list(chassis)),
+            racks=Table("rack", list(racks)),
+            served_models=Table("served model", list(served_models)),
+            workloads=Table("workload", list(workloads)),
+        )

@@ -1,0 +1,605 @@
+"""Closed-form pipeline model of agentic tasks on a configured rack (no simulation, no solver, no I/O).
+
+An agent task runs its class's stages (LLM calls on the GPU pool, tool calls on one tool queue's cores, and waits
+that hold nothing). The model computes:
+- the throughput bound of every pool (GPU compute, host orchestration, each tool queue's cores, each queue's
+  sandbox memory, each queue's tail-wait target) and the sustainable throughput, their minimum;
+- latencies at an operating point: open arrivals (GPU batching station solved as a birth-death chain, tool queues
+  as M/M/c) or a closed loop of agents (exact MVA with load-dependent stations);
+- stage time shares, utilization, GPU idle time and the part of it spent waiting on CPU stages;
+- power, air and liquid heat and space per rack against the rack budgets.
+Equations and sources: docs/model.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import Field
+from scipy.stats import norm
+
+from models.assumptions import ModelAssumptions
+from models.base import Frozen
+from models.catalog import Catalog
+from models.config import SHARED_QUEUE, Configuration, Queue
+from models.hardware import Rack
+from models.performance import GpuServing, cpu_call_seconds, gpu_serving, stage_gpu_latency_s
+from models.queueing import (
+    Station,
+    birth_death_mean_number,
+    exact_mva,
+    max_arrival_for_wait,
+    mmc_mean_wait,
+    mmc_wait_second_moment,
+)
+from models.server import ServerProfile, server_profile
+from models.workload import CpuStage, DelayStage, GpuStage, Workload
+
+HOUR_S = 3600.0
+
+
+class Bound(Frozen):
+    """One resource's limit on throughput."""
+
+    name: str
+    """`gpu`, `orchestration`, `cpu:<queue>`, `memory:<queue>` or `slo:<queue>`."""
+    kind: str
+    """gpu, orchestration, cpu, memory or slo."""
+    tasks_per_hour: float
+    """Largest throughput this resource alone allows."""
+    detail: str
+    """How the figure is made, in words and numbers."""
+
+
+class StageTime(Frozen):
+    """Time one stage takes per task at the operating point."""
+
+    task_class: str
+    stage: str
+    resource: str
+    service_s: float
+    """Time per task in service (count x per-occurrence time, batching slowdown included for GPU stages)."""
+    wait_s: float
+    """Time per task waiting for a core (tool stages only)."""
+    share: float
+    """Fraction of the mix's mean task time."""
+
+
+class RackUsage(Frozen):
+    """Budgets used in one rack."""
+
+    rack: int
+    power_w: float
+    air_heat_w: float
+    liquid_heat_w: float
+    space_u: int
+    power_budget_w: float
+    air_cooling_w: float
+    liquid_cooling_w: float
+    space_budget_u: int
+    exceeded: list[str]
+    """Budgets this rack exceeds, with by how much."""
+
+
+class QueueFigures(Frozen):
+    name: str
+    classes: list[str]
+    cores: float
+    """Cores in the queue."""
+    per_core_perf: float
+    """Capacity-weighted per-core speed relative to the reference core."""
+    servers: int
+    """Concurrent tool calls the queue runs (cores / mean parallelism, rounded down)."""
+    mean_call_s: float
+    mean_parallelism: float
+    """Cores a tool call holds, averaged by core-time."""
+    utilization: float
+    """At the operating point."""
+    wait_mean_s: float | None
+    """Mean wait per tool call at the operating point (None if unstable)."""
+    sandbox_memory_gb: float
+
+
+class ClosedLoop(Frozen):
+    agents: int
+    capped: bool
+    """True when the memory-limited population exceeded the MVA cap."""
+    throughput_tasks_per_hour: float
+    mean_task_seconds: float
+
+
+class Evaluation(Frozen):
+    """Everything the closed-form model says about a configuration."""
+
+    configuration: str
+    workload: str
+    rack_profile: str
+    throughput_tasks_per_hour: float
+    """Sustainable throughput: the smallest pool bound."""
+    bottleneck: str
+    """Name of the binding bound."""
+    bottleneck_kind: str
+    bounds: list[Bound]
+    gpu_idle_fraction: float
+    """At sustainable throughput: fraction of GPU serving capacity left unused."""
+    gpu_idle_on_cpu_fraction: float
+    """The part of the idle fraction attributed to tasks waiting on tool (CPU) stages rather than plain delays."""
+    operating_point: str
+    arrival_rate_tasks_per_hour: float
+    utilization: dict[str, float]
+    """Per pool at the operating point."""
+    queues: list[QueueFigures]
+    stage_times: list[StageTime]
+    stage_shares: dict[str, float]
+    """`class/stage` to its fraction of mean task time at the operating point (sums to 1)."""
+    resource_shares: dict[str, float]
+    """gpu, cpu, cpu_wait, delay: fraction of mean task time."""
+    unloaded_task_seconds: float
+    mean_task_seconds: float | None
+    p50_task_seconds: float | None
+    p95_task_seconds: float | None
+    p99_task_seconds: float | None
+    slo_met: bool | None
+    """p95 task time within the workload's target at the operating point (None without a target)."""
+    closed_loop: ClosedLoop | None
+    power_w: float
+    air_heat_w: float
+    liquid_heat_w: float
+    space_u: int
+    racks: list[RackUsage]
+    within_budgets: bool
+    gpus: int
+    cores: int
+    serving: dict[str, dict[str, float | int | str | bool]] = Field(default_factory=dict)
+    """Per GPU SKU: tensor-parallel degree, batch limit, call latency, rates and their basis."""
+    warnings: list[str] = Field(default_factory=list)
+
+
+@dataclass
+class _Group:
+    index: int
+    count: int
+    rack: int
+    profile: ServerProfile
+    queue_cores: dict[str, float]
+
+
+def _queues(config: Configuration, workload: Workload) -> list[Queue]:
+    if config.queues is None:
+        return [Queue(name=SHARED_QUEUE, classes=[c.name for c in workload.classes])]
+    known = {c.name for c in workload.classes}
+    listed: set[str] = set()
+    for i, q in enumerate(config.queues):
+        for c in q.classes:
+            if c not in known:
+                raise ValueError(f"queues[{i}] names class {c!r}, which the workload does not have")
+        listed.update(q.classes)
+    for c in workload.classes:
+        needs = c.sandbox_memory_gb > 0 or any(isinstance(s, CpuStage) for s in c.stages)
+        if needs and c.name not in listed:
+            raise ValueError(f"class {c.name!r} has tool stages or sandboxes but no queue serves it")
+    return list(config.queues)
+
+
+def resolve_groups(
+    config: Configuration, workload: Workload, catalog: Catalog, assumptions: ModelAssumptions
+) -> tuple[list[_Group], dict[str, GpuServing]]:
+    queues = _queues(config, workload)
+    servings: dict[str, GpuServing] = {}
+    groups: list[_Group] = []
+    for i, g in enumerate(config.servers):
+        where = f"servers[{i}]"
+        chassis = catalog.chassis[g.chassis]
+        cpu = catalog.cpus[g.cpu]
+        gpu = catalog.gpus[g.gpu] if g.gpu else None
+        if not chassis.accepts_cpu(cpu):
+            raise ValueError(f"{where}: chassis {chassis.id} does not take CPU {cpu.id} (platform {cpu.platform})")
+        if gpu is not None:
+            if not chassis.accepts_gpu(gpu):
+                raise ValueError(f"{where}: chassis {chassis.id} does not take GPU {gpu.id}")
+            if g.gpus_per_server not in chassis.gpu_counts:
+                raise ValueError(
+                    f"{where}.gpus_per_server: {g.gpus_per_server} not in chassis {chassis.id} options {chassis.gpu_counts}"
+                )
+            if gpu.id not in servings:
+                servings[gpu.id] = gpu_serving(workload, gpu, assumptions.tensor_parallel_domain_gpus)
+        elif chassis.role == "gpu":
+            raise ValueError(f"{where}: chassis {chassis.id} is a GPU server; give gpu and gpus_per_server")
+        try:
+            prof = server_profile(
+                chassis, cpu, gpu, g.gpus_per_server, g.orchestration_cores_per_gpu, workload,
+                servings.get(gpu.id) if gpu else None, assumptions.host_os_reserved_memory_gb,
+            )
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
+        if g.queue_cores is None:
+            qc = {queues[0].name: prof.tool_cores}
+        else:
+            qc = dict(g.queue_cores)
+            total = sum(qc.values())
+            if total > prof.tool_cores + 1e-9:
+                raise ValueError(
+                    f"{where}.queue_cores: {total:g} cores per server, but only {prof.tool_cores:g} are left after "
+                    "orchestration"
+                )
+        groups.append(_Group(i, g.count, g.rack, prof, qc))
+    return groups, servings
+
+
+def _lognormal_mixture_quantile(weights, means, variances, q: float) -> float:
+    mus, sigmas = [], []
+    for m, v in zip(means, variances):
+        s2 = math.log1p(v / (m * m)) if m > 0 else 0.0
+        mus.append(math.log(m) - s2 / 2 if m > 0 else -math.inf)
+        sigmas.append(math.sqrt(s2))
+
+    def cdf(t: float) -> float:
+        tot = 0.0
+        for w, mu, sg in zip(weights, mus, sigmas):
+            if mu == -math.inf:
+                tot += w
+            elif sg == 0:
+                tot += w * (1.0 if math.log(t) >= mu else 0.0)
+            else:
+                tot += w * norm.cdf((math.log(t) - mu) / sg)
+        return tot
+
+    hi = max(means) * 2 + 1e-9
+    while cdf(hi) < q:
+        hi *= 2
+    lo = 0.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if mid > 0 and cdf(mid) >= q:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def evaluate(
+    config: Configuration,
+    workload: Workload,
+    rack: Rack,
+    catalog: Catalog,
+    assumptions: ModelAssumptions | None = None,
+) -> Evaluation:
+    a = assumptions or ModelAssumptions()
+    warnings: list[str] = []
+    queues = _queues(config, workload)
+    groups, servings = resolve_groups(config, workload, catalog, a)
+    class_queue = {c: q.name for q in queues for c in q.classes}
+
+    # --- GPU pool: capacity per SKU, orchestration limits per group, routing proportional to capacity.
+    gpu_compute = sum(g.count * g.profile.gpu_tasks_per_s for g in groups)
+    orch = sum(g.count * g.profile.orchestration_tasks_per_s for g in groups if g.profile.gpus)
+    serving_cap = sum(g.count * g.profile.serving_tasks_per_s for g in groups)
+    has_llm = any(isinstance(s, GpuStage) for c in workload.classes for s in c.stages)
+    cap_by_sku: dict[str, float] = defaultdict(float)
+    compute_by_sku: dict[str, float] = defaultdict(float)
+    gpus_by_sku: dict[str, float] = defaultdict(float)
+    for g in groups:
+        if g.profile.gpu is not None:
+            cap_by_sku[g.profile.gpu.id] += g.count * g.profile.serving_tasks_per_s
+            compute_by_sku[g.profile.gpu.id] += g.count * g.profile.gpu_tasks_per_s
+            gpus_by_sku[g.profile.gpu.id] += g.count * g.profile.gpus
+    route = {k: (v / serving_cap if serving_cap > 0 else 1.0 / len(cap_by_sku)) for k, v in cap_by_sku.items()}
+    for sku, s in servings.items():
+        if not s.fits:
+            warnings.append(f"{sku}: the served model does not fit in {64} GPUs of this SKU")
+
+    def stage_latency(stage: GpuStage) -> float:
+        if not servings:
+            return 0.0
+        return sum(route[k] * stage_gpu_latency_s(stage, workload.served_model, servings[k]) for k in route)
+
+    # --- Tool queues.
+    qcores: dict[str, float] = defaultdict(float)
+    qcap: dict[str, float] = defaultdict(float)
+    qmem: dict[str, float] = defaultdict(float)
+    for g in groups:
+        for qn, c in g.queue_cores.items():
+            qcores[qn] += g.count * c
+            qcap[qn] += g.count * c * g.profile.per_core_perf
+            qmem[qn] += g.count * c * g.profile.memory_per_core_gb
+    qperf = {q.name: (qcap[q.name] / qcores[q.name] if qcores[q.name] > 0 else 1.0) for q in queues}
+
+    # Per class: unloaded time and demands.
+    unloaded: dict[str, float] = {}
+    cpu_work: dict[str, float] = defaultdict(float)  # reference core-seconds per task, by queue (share-weighted)
+    cpu_calls: dict[str, float] = defaultdict(float)  # tool calls per task, by queue (share-weighted)
+    cpu_call_time: dict[str, float] = defaultdict(float)  # call-seconds per task (share-weighted), for mean call time
+    cpu_hold: dict[str, float] = defaultdict(float)  # core-seconds of wall time held (share-weighted)
+    mem_demand: dict[str, float] = defaultdict(float)  # GB-seconds per task (share-weighted)
+    for c in workload.classes:
+        qn = class_queue.get(c.name)
+        t = 0.0
+        for s in c.stages:
+            if isinstance(s, GpuStage):
+                t += s.count * stage_latency(s)
+            elif isinstance(s, CpuStage):
+                call = cpu_call_seconds(s, qperf[qn])
+                t += s.count * call
+                cpu_work[qn] += c.share * s.count * s.core_seconds
+                cpu_calls[qn] += c.share * s.count
+                cpu_call_time[qn] += c.share * s.count * call
+                cpu_hold[qn] += c.share * s.count * call * s.parallelism
+            else:
+                t += s.count * s.seconds
+        unloaded[c.name] = t
+        if qn is not None:
+            mem_demand[qn] += c.share * t * c.sandbox_memory_gb
+
+    bounds: list[Bound] = []
+    serving_name = None
+    if has_llm:
+        if serving_cap >= gpu_compute * (1 - 1e-12):
+            serving_name = "gpu"
+        elif serving_cap >= orch * (1 - 1e-12):
+            serving_name = "orchestration"
+        else:
+            serving_name = "gpu+orchestration"
+        bounds.append(Bound(
+            name="gpu", kind="gpu", tasks_per_hour=gpu_compute * HOUR_S,
+            detail=(f"{int(sum(gpus_by_sku.values()))} GPUs; " + ", ".join(
+                f"{k}: {compute_by_sku[k] * HOUR_S:,.0f} tasks/h" for k in compute_by_sku))
+            if compute_by_sku else "no GPUs in the configuration",
+        ))
+        bounds.append(Bound(
+            name="orchestration", kind="orchestration", tasks_per_hour=orch * HOUR_S,
+            detail="host cores reserved for inference orchestration on the GPU servers",
+        ))
+        if serving_name == "gpu+orchestration":
+            bounds.append(Bound(
+                name=serving_name, kind="gpu", tasks_per_hour=serving_cap * HOUR_S,
+                detail="per server the smaller of GPU and orchestration capacity, summed",
+            ))
+    for q in queues:
+        if cpu_work[q.name] > 0:
+            bounds.append(Bound(
+                name=f"cpu:{q.name}", kind="cpu", tasks_per_hour=qcap[q.name] / cpu_work[q.name] * HOUR_S,
+                detail=f"{qcores[q.name]:g} cores x perf {qperf[q.name]:.3f} / {cpu_work[q.name]:.1f} "
+                "reference core-s per task",
+            ))
+        if mem_demand[q.name] > 0:
+            bounds.append(Bound(
+                name=f"memory:{q.name}", kind="memory", tasks_per_hour=qmem[q.name] / mem_demand[q.name] * HOUR_S,
+                detail=f"{qmem[q.name]:,.0f} GB for sandboxes / {mem_demand[q.name]:,.0f} GB-s per task "
+                "(live tasks at unloaded task time)",
+            ))
+    slo = workload.slo
+    qservers: dict[str, int] = {}
+    qmean_call: dict[str, float] = {}
+    for q in queues:
+        if cpu_calls[q.name] == 0:
+            continue
+        pbar = cpu_hold[q.name] / cpu_call_time[q.name]
+        qservers[q.name] = int(math.floor(qcores[q.name] / pbar + 1e-9))
+        qmean_call[q.name] = cpu_call_time[q.name] / cpu_calls[q.name]
+        if slo and slo.tool_wait_p95_seconds:
+            lam = max_arrival_for_wait(qservers[q.name], qmean_call[q.name], slo.tool_wait_p95_seconds, a.tail_quantile)
+            bounds.append(Bound(
+                name=f"slo:{q.name}", kind="slo", tasks_per_hour=lam / cpu_calls[q.name] * HOUR_S,
+                detail=f"M/M/{qservers[q.name]} with {qmean_call[q.name]:.2f} s calls keeps p"
+                f"{a.tail_quantile * 100:g} wait <= {slo.tool_wait_p95_seconds:g} s up to {lam:.3f} calls/s",
+            ))
+    # gpu and orchestration combine per server; the pair's binding one stands for the serving pool.
+    effective = [b for b in bounds if b.kind in ("cpu", "memory", "slo") or b.name == serving_name]
+    if not effective:
+        raise ValueError("the workload has no LLM or tool stages; nothing bounds its throughput")
+    binding = min(effective, key=lambda b: b.tasks_per_hour)
+    x_star = binding.tasks_per_hour / HOUR_S
+
+    # --- GPU idle at sustainable throughput, attributed by the non-GPU part of the unloaded task.
+    mix_time = {"gpu": 0.0, "cpu": 0.0, "delay": 0.0}
+    for c in workload.classes:
+        for s in c.stages:
+            if isinstance(s, GpuStage):
+                mix_time["gpu"] += c.share * s.count * stage_latency(s)
+            elif isinstance(s, CpuStage):
+                mix_time["cpu"] += c.share * s.count * cpu_call_seconds(s, qperf[class_queue[c.name]])
+            else:
+                mix_time["delay"] += c.share * s.count * s.seconds
+    gpu_idle = max(0.0, 1.0 - x_star / serving_cap) if serving_cap > 0 and has_llm else (1.0 if has_llm else 0.0)
+    non_gpu = mix_time["cpu"] + mix_time["delay"]
+    gpu_idle_cpu = gpu_idle * (mix_time["cpu"] / non_gpu) if non_gpu > 0 else 0.0
+
+    # --- Operating point.
+    op = config.operating_point
+    calls_per_task = sum(c.share * s.count for c in workload.classes for s in c.stages if isinstance(s, GpuStage))
+    mean_l0 = (sum(c.share * s.count * stage_latency(s) for c in workload.classes for s in c.stages
+                   if isinstance(s, GpuStage)) / calls_per_task) if calls_per_task else 0.0
+
+    def gpu_rate(n: np.ndarray) -> np.ndarray:
+        total = np.zeros_like(np.asarray(n, dtype=float))
+        for sku, s in servings.items():
+            theta = cap_by_sku[sku] / compute_by_sku[sku] if compute_by_sku[sku] > 0 else 0.0
+            total = total + theta * s.pool_rate(np.asarray(n, dtype=float) * route[sku], gpus_by_sku[sku])
+        return total
+
+    closed: ClosedLoop | None = None
+    gpu_stretch = 1.0
+    qwait: dict[str, float] = {}
+    qwait2: dict[str, float] = {}
+    stable = True
+    # Closed loop: agents given, else the population sandbox memory allows.
+    mem_per_agent = {q.name: sum(c.share * c.sandbox_memory_gb for c in workload.classes if class_queue.get(c.name) == q.name)
+                     for q in queues}
+    n_mem = min((qmem[q] / m for q, m in mem_per_agent.items() if m > 0), default=math.inf)
+    n_agents = op.agents if op.agents is not None else (int(n_mem) if math.isfinite(n_mem) else None)
+    mva_stations: list[Station] = []
+    if n_agents is not None and n_agents >= 1:
+        capped = n_agents > a.max_closed_loop_agents
+        n_run = min(n_agents, a.max_closed_loop_agents)
+        if has_llm and serving_cap > 0:
+            mva_stations.append(Station("gpu", calls_per_task * mean_l0,
+                                        lambda n: gpu_rate(n) * mean_l0))
+        for q in queues:
+            if cpu_calls[q.name] > 0 and qservers.get(q.name, 0) > 0:
+                m = qcores[q.name] / (cpu_hold[q.name] / cpu_call_time[q.name])
+                mva_stations.append(Station(f"cpu:{q.name}", cpu_call_time[q.name],
+                                            lambda n, m=m: np.minimum(n, m)))
+        if mva_stations:
+            res = exact_mva(mva_stations, mix_time["delay"], n_run)
+            x_n = res.throughput
+            closed = ClosedLoop(agents=n_run, capped=capped, throughput_tasks_per_hour=x_n * HOUR_S,
+                                mean_task_seconds=n_run / x_n)
+            if capped:
+                warnings.append(f"closed loop capped at {n_run} agents (memory allows {n_agents})")
+            if op.agents is not None:
+                for i, st in enumerate(mva_stations):
+                    r_i = float(res.residence_s[i])
+                    if st.name == "gpu":
+                        gpu_stretch = r_i / st.demand_s
+                    else:
+                        qn = st.name.split(":", 1)[1]
+                        w = max(0.0, (r_i - st.demand_s) / cpu_calls[qn])
+                        qwait[qn], qwait2[qn] = w, 2 * w * w
+
+    if op.agents is not None and closed is not None:
+        lam = closed.throughput_tasks_per_hour / HOUR_S
+        op_label = f"closed loop of {closed.agents} agents"
+    else:
+        if op.arrival_rate_per_hour is not None:
+            lam = op.arrival_rate_per_hour / HOUR_S
+            op_label = f"open arrivals at {op.arrival_rate_per_hour:,.0f} tasks/h"
+        else:
+            frac = op.load_fraction or a.operating_load_fraction
+            lam = frac * x_star
+            op_label = f"open arrivals at {frac:.0%} of sustainable throughput"
+        if lam >= x_star * (1 + 1e-12) and lam > 0:
+            stable = False
+            warnings.append("operating point is at or above sustainable throughput: queues grow without bound")
+        if has_llm and lam > 0 and stable and mean_l0 > 0:
+            nbar = birth_death_mean_number(lam * calls_per_task, gpu_rate, a.gpu_birth_death_states)
+            gpu_stretch = (nbar / (lam * calls_per_task)) / mean_l0 if math.isfinite(nbar) else math.inf
+        for q in queues:
+            if cpu_calls[q.name] > 0:
+                lam_c = lam * cpu_calls[q.name]
+                qwait[q.name] = mmc_mean_wait(qservers[q.name], lam_c, qmean_call[q.name]) if lam > 0 else 0.0
+                qwait2[q.name] = mmc_wait_second_moment(qservers[q.name], lam_c, qmean_call[q.name]) if lam > 0 else 0.0
+    if not math.isfinite(gpu_stretch) or any(not math.isfinite(w) for w in qwait.values()):
+        stable = False
+        if not any("unstable" in w for w in warnings):
+            warnings.append("a pool is unstable at the operating point (whole-server rounding of a tool queue can "
+                            "leave it below the fluid bound): latencies are not finite")
+
+    # --- Stage times, shares, task-time distribution.
+    stage_times: list[StageTime] = []
+    means, variances = [], []
+    for c in workload.classes:
+        qn = class_queue.get(c.name)
+        m_tot = v_tot = 0.0
+        for s in c.stages:
+            if isinstance(s, GpuStage):
+                per = stage_latency(s) * (gpu_stretch if stable else 1.0)
+                wait, var_occ = 0.0, (s.cv * per) ** 2
+            elif isinstance(s, CpuStage):
+                per_service = cpu_call_seconds(s, qperf[qn])
+                wait = qwait.get(qn, 0.0) if stable else 0.0
+                w2 = qwait2.get(qn, 0.0) if stable else 0.0
+                per = per_service + wait
+                var_occ = (s.cv * per_service) ** 2 + max(0.0, w2 - wait * wait)
+            else:
+                per, wait, var_occ = s.seconds, 0.0, (s.cv * s.seconds) ** 2
+            mean_stage = s.count * per
+            m_tot += mean_stage
+            v_tot += s.count * var_occ + (s.count_cv * s.count) ** 2 * per * per
+            stage_times.append(StageTime(
+                task_class=c.name, stage=s.name, resource=s.resource,
+                service_s=s.count * (per - wait), wait_s=s.count * wait, share=0.0,
+            ))
+        means.append(m_tot)
+        variances.append(v_tot)
+    shares = [c.share for c in workload.classes]
+    mix_mean = sum(w * m for w, m in zip(shares, means))
+    by_class = {c.name: c.share for c in workload.classes}
+    stage_times = [st.model_copy(update={"share": by_class[st.task_class] * (st.service_s + st.wait_s) / mix_mean})
+                   for st in stage_times] if mix_mean > 0 else stage_times
+    stage_shares: dict[str, float] = {}
+    resource_shares: dict[str, float] = {"gpu": 0.0, "cpu": 0.0, "cpu_wait": 0.0, "delay": 0.0}
+    for st in stage_times:
+        key = f"{st.task_class}/{st.stage}"
+        stage_shares[key] = stage_shares.get(key, 0.0) + st.share
+        w = by_class[st.task_class] / mix_mean if mix_mean > 0 else 0.0
+        if st.resource == "cpu":
+            resource_shares["cpu"] += w * st.service_s
+            resource_shares["cpu_wait"] += w * st.wait_s
+        else:
+            resource_shares[st.resource] += w * st.service_s
+    if stable and mix_mean > 0:
+        p50 = _lognormal_mixture_quantile(shares, means, variances, 0.5)
+        p95 = _lognormal_mixture_quantile(shares, means, variances, a.tail_quantile)
+        p99 = _lognormal_mixture_quantile(shares, means, variances, 0.99)
+    else:
+        p50 = p95 = p99 = None
+    slo_met = None
+    if slo and slo.p95_task_seconds:
+        slo_met = p95 is not None and p95 <= slo.p95_task_seconds
+
+    # --- Utilization at the operating point.
+    util: dict[str, float] = {}
+    if has_llm:
+        util["gpu"] = lam / serving_cap if serving_cap > 0 else (math.inf if lam > 0 else 0.0)
+    for q in queues:
+        if cpu_work[q.name] > 0:
+            util[f"cpu:{q.name}"] = lam * cpu_work[q.name] / qcap[q.name] if qcap[q.name] > 0 else math.inf
+        if mem_demand[q.name] > 0:
+            util[f"memory:{q.name}"] = lam * mem_demand[q.name] / qmem[q.name] if qmem[q.name] > 0 else math.inf
+    queue_figs = [QueueFigures(
+        name=q.name, classes=list(q.classes), cores=qcores[q.name], per_core_perf=qperf[q.name],
+        servers=qservers.get(q.name, 0), mean_call_s=qmean_call.get(q.name, 0.0),
+        mean_parallelism=(cpu_hold[q.name] / cpu_call_time[q.name]) if cpu_call_time[q.name] > 0 else 1.0,
+        utilization=util.get(f"cpu:{q.name}", 0.0),
+        wait_mean_s=(qwait.get(q.name, 0.0) if stable else None), sandbox_memory_gb=qmem[q.name],
+    ) for q in queues]
+
+    # --- Racks.
+    racks: list[RackUsage] = []
+    for r in range(config.racks):
+        gs = [g for g in groups if g.rack == r]
+        pw = sum(g.count * g.profile.power_w for g in gs) + rack.reserved_power_w
+        air = sum(g.count * g.profile.air_heat_w for g in gs) + rack.reserved_power_w
+        liq = sum(g.count * g.profile.liquid_heat_w for g in gs)
+        u = sum(g.count * g.profile.space_u for g in gs) + rack.reserved_u
+        ex = []
+        for label, used, cap, unit in (
+            ("power", pw, rack.power_kw * 1000, "W"), ("cooling_air", air, rack.air_cooling_kw * 1000, "W"),
+            ("cooling_liquid", liq, rack.liquid_cooling_kw * 1000, "W"), ("space", u, rack.height_u, "U"),
+        ):
+            if used > cap + 1e-9:
+                ex.append(f"{label}: {used:,.0f} {unit} used of {cap:,.0f} {unit} (over by {used - cap:,.0f} {unit})")
+        racks.append(RackUsage(rack=r, power_w=pw, air_heat_w=air, liquid_heat_w=liq, space_u=u,
+                               power_budget_w=rack.power_kw * 1000, air_cooling_w=rack.air_cooling_kw * 1000,
+                               liquid_cooling_w=rack.liquid_cooling_kw * 1000, space_budget_u=rack.height_u,
+                               exceeded=ex))
+    for ru in racks:
+        for e in ru.exceeded:
+            warnings.append(f"rack {ru.rack} exceeds {e}")
+
+    serving_info = {
+        sku: {"tp_degree": s.tp_degree, "batch_limit": s.batch_limit, "call_latency_s": s.call_latency_s,
+              "call_replica_s": s.call_replica_s, "prefill_tokens_per_s": s.rates.prefill_tokens_per_s,
+              "decode_tokens_per_s": s.rates.decode_tokens_per_s, "calibrated": s.rates.calibrated,
+              "basis": s.rates.basis}
+        for sku, s in servings.items()
+    }
+    return Evaluation(
+        configuration=config.name, workload=workload.id, rack_profile=rack.id,
+        throughput_tasks_per_hour=binding.tasks_per_hour, bottleneck=binding.name, bottleneck_kind=binding.kind,
+        bounds=bounds, gpu_idle_fraction=gpu_idle, gpu_idle_on_cpu_fraction=gpu_idle_cpu,
+        operating_point=op_label, arrival_rate_tasks_per_hour=lam * HOUR_S, utilization=util,
+        queues=queue_figs, stage_times=stage_times, stage_shares=stage_shares, resource_shares=resource_shares,
+        unloaded_task_seconds=sum(c.share * unloaded[c.name] for c in workload.classes),
+        mean_task_seconds=mix_mean if stable else None,
+        p50_task_seconds=p50, p95_task_seconds=p95, p99_task_seconds=p99, slo_met=slo_met,
+        closed_loop=closed,
+        power_w=sum(r.power_w for r in racks), air_heat_w=sum(r.air_heat_w for r in racks),
+        liquid_heat_w=sum(r.liquid_heat_w for r in racks), space_u=sum(r.space_u for r in racks),
+        racks=racks, within_budgets=not any(r.exceeded for r in racks),
+        gpus=sum(g.count * g.profile.gpus for g in groups), cores=sum(g.count * g.profile.cores for g in groups),
+        serving=serving_info, warnings=warnings,
+    )

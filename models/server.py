@@ -1,0 +1,103 @@
+"""Per-server figures: what one server of a group adds to power, heat, space, GPU capacity and tool cores.
+
+The evaluator and the optimizer both read these, so a configuration the optimizer picks evaluates to exactly the
+throughput it predicted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from models.hardware import Chassis, CpuSku, GpuSku
+from models.performance import GpuServing, call_mix
+from models.workload import Workload
+
+
+@dataclass(frozen=True)
+class ServerProfile:
+    chassis: Chassis
+    cpu: CpuSku
+    gpu: GpuSku | None
+    gpus: int
+    orchestration_cores_per_gpu: float
+    power_w: float
+    """Provisioned power: base + sockets x CPU TDP + GPUs x GPU TDP."""
+    air_heat_w: float
+    liquid_heat_w: float
+    space_u: int
+    cores: int
+    orchestration_cores: float
+    tool_cores: float
+    """Cores left for tool queues."""
+    per_core_perf: float
+    gpu_tasks_per_s: float
+    """Tasks/s this server's GPUs sustain (0 for CPU-only)."""
+    orchestration_tasks_per_s: float
+    """Tasks/s its reserved orchestration cores sustain (inf when the workload has no LLM calls)."""
+    orchestration_tasks_per_core_s: float
+    """Tasks/s one orchestration core of this CPU sustains (inf when the workload has no LLM calls)."""
+    sandbox_memory_gb: float
+    """Host memory available to sandboxes (memory minus the OS reservation)."""
+    price_usd: float | None
+
+    @property
+    def serving_tasks_per_s(self) -> float:
+        return min(self.gpu_tasks_per_s, self.orchestration_tasks_per_s) if self.gpus else 0.0
+
+    @property
+    def memory_per_core_gb(self) -> float:
+        """Sandbox memory that comes with each core a tool queue gets (memory is shared out by cores; the
+        orchestration cores' part serves the inference engine)."""
+        return self.sandbox_memory_gb / self.cores
+
+
+def server_profile(
+    chassis: Chassis,
+    cpu: CpuSku,
+    gpu: GpuSku | None,
+    gpus: int,
+    orchestration_cores_per_gpu: float,
+    workload: Workload,
+    serving: GpuServing | None,
+    os_reserved_memory_gb: float,
+) -> ServerProfile:
+    power = chassis.base_power_w + chassis.cpu_sockets * cpu.tdp_w + (gpus * gpu.tdp_w if gpu else 0.0)
+    liquid = power * chassis.liquid_capture_fraction
+    cores = chassis.cpu_sockets * cpu.cores
+    orch = orchestration_cores_per_gpu * gpus
+    if orch > cores:
+        raise ValueError(
+            f"orchestration_cores_per_gpu {orchestration_cores_per_gpu:g} x {gpus} GPUs = {orch:g} cores, "
+            f"but the server has {cores}"
+        )
+    gpu_tps = 0.0
+    orch_tps = 0.0
+    per_task = call_mix(workload).orchestration_core_s_per_task
+    per_core = math.inf if per_task == 0 else cpu.per_core_perf / per_task
+    if gpu is not None and serving is not None:
+        gpu_tps = gpus * serving.tasks_per_s_per_gpu()
+        orch_tps = math.inf if per_task == 0 else orch * per_core
+    price = None
+    if chassis.price_usd and cpu.list_price_usd and (gpu is None or gpu.price_usd):
+        price = chassis.price_usd + chassis.cpu_sockets * cpu.list_price_usd + (gpus * gpu.price_usd if gpu else 0.0)
+    return ServerProfile(
+        chassis=chassis,
+        cpu=cpu,
+        gpu=gpu,
+        gpus=gpus,
+        orchestration_cores_per_gpu=orchestration_cores_per_gpu,
+        power_w=power,
+        air_heat_w=power - liquid,
+        liquid_heat_w=liquid,
+        space_u=chassis.height_u,
+        cores=cores,
+        orchestration_cores=orch,
+        tool_cores=cores - orch,
+        per_core_perf=cpu.per_core_perf,
+        gpu_tasks_per_s=gpu_tps,
+        orchestration_tasks_per_s=orch_tps,
+        orchestration_tasks_per_core_s=per_core,
+        sandbox_memory_gb=max(0.0, chassis.memory_gb - os_reserved_memory_gb),
+        price_usd=price,
+    )

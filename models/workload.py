@@ -1,0 +1,165 @@
+"""Agentic workloads: the served LLM, task classes made of ordered stages, and service targets."""
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from models.base import Frozen, Sourced
+
+SHARE_TOLERANCE = 1e-6
+"""Class shares must sum to 1 within this tolerance (floating-point slack only)."""
+
+
+class GpuCalibration(Frozen):
+    """Measured serving throughput of the model on one GPU SKU, at full batch."""
+
+    gpu: str
+    """GPU SKU id."""
+    prefill_tokens_per_s: float = Field(gt=0)
+    """Input tokens processed per second per GPU at full batch."""
+    decode_tokens_per_s: float = Field(gt=0)
+    """Output tokens generated per second per GPU at full batch."""
+    source: str
+    """Benchmark the figure comes from (MLPerf round, vendor result) and any derivation."""
+
+
+class ServedModel(Sourced):
+    """The LLM the agents call, with what it costs a GPU to serve it."""
+
+    name: str
+    """Model name."""
+    total_params_b: float = Field(gt=0)
+    """Total parameters in billions (all experts for MoE)."""
+    active_params_b: float = Field(gt=0)
+    """Parameters active per token in billions (equal to total for dense models)."""
+    bytes_per_param: float = Field(gt=0)
+    """Bytes per weight as served (1 for FP8, 2 for BF16)."""
+    kv_bytes_per_token: float = Field(gt=0)
+    """KV-cache bytes held per token of context."""
+    precision: Literal["fp8", "bf16"] = "fp8"
+    """Arithmetic precision used for the roofline fallback."""
+    calibrations: list[GpuCalibration] = Field(default_factory=list)
+    """Measured per-GPU throughput; GPUs without one use the roofline fallback."""
+    prefill_mfu: float = Field(gt=0, le=1)
+    """Roofline fallback: fraction of dense peak FLOPS reached in prefill."""
+    decode_mfu: float = Field(gt=0, le=1)
+    """Roofline fallback: fraction of dense peak FLOPS reached in decode at full batch."""
+    bandwidth_efficiency: float = Field(gt=0, le=1)
+    """Fraction of peak memory bandwidth reached when decoding one sequence alone (sets per-token latency)."""
+    cached_token_cost_fraction: float = Field(ge=0, le=1)
+    """Cost of a prefix-cache-hit input token relative to a new input token."""
+    memory_usable_fraction: float = Field(gt=0, le=1)
+    """Fraction of GPU memory the serving engine may use for weights and KV cache."""
+    max_batch_per_replica: int = Field(gt=0)
+    """Engine cap on concurrent sequences per model replica."""
+    orchestration_core_seconds_per_call: float = Field(ge=0)
+    """Reference-core seconds of host CPU per LLM call (tokenize, schedule, detokenize, API)."""
+    orchestration_core_seconds_per_1k_output_tokens: float = Field(ge=0)
+    """Reference-core seconds of host CPU per 1,000 generated tokens (per-step scheduling and sampling)."""
+
+    @model_validator(mode="after")
+    def _sane(self) -> "ServedModel":
+        if self.active_params_b > self.total_params_b:
+            raise ValueError("active_params_b cannot exceed total_params_b")
+        gpus = [c.gpu for c in self.calibrations]
+        if len(gpus) != len(set(gpus)):
+            raise ValueError("one calibration per GPU SKU")
+        return self
+
+
+class _Stage(Frozen):
+    name: str = Field(min_length=1)
+    """Stage name, e.g. `generate`, `run_tests`."""
+    count: float = Field(gt=0)
+    """Mean occurrences per task (e.g. turns or tool calls)."""
+    count_cv: float = Field(default=0.0, ge=0)
+    """Coefficient of variation of the occurrence count across tasks."""
+    cv: float = Field(default=1.0, ge=0)
+    """Coefficient of variation of one occurrence's service time."""
+
+
+class GpuStage(_Stage):
+    """An LLM call served on the GPU pool."""
+
+    resource: Literal["gpu"] = "gpu"
+    """Resource the stage runs on."""
+    new_input_tokens: float = Field(ge=0)
+    """Input tokens per call that miss the prefix cache."""
+    cached_input_tokens: float = Field(default=0.0, ge=0)
+    """Input tokens per call served from the prefix cache."""
+    output_tokens: float = Field(gt=0)
+    """Generated tokens per call."""
+
+
+class CpuStage(_Stage):
+    """A tool call on host or tool-node CPU cores."""
+
+    resource: Literal["cpu"] = "cpu"
+    """Resource the stage runs on."""
+    core_seconds: float = Field(gt=0)
+    """Work per call in reference-core seconds."""
+    parallelism: float = Field(default=1.0, ge=1)
+    """Cores one call holds at once (work is spread evenly over them)."""
+
+
+class DelayStage(_Stage):
+    """A wait that holds no core or GPU (network, external API, human)."""
+
+    resource: Literal["delay"] = "delay"
+    """Resource the stage runs on."""
+    seconds: float = Field(gt=0)
+    """Mean duration per occurrence in seconds."""
+
+
+Stage = Annotated[GpuStage | CpuStage | DelayStage, Field(discriminator="resource")]
+
+
+class TaskClass(Frozen):
+    """One kind of agent task and its share of the mix."""
+
+    name: str = Field(min_length=1)
+    """Class name, e.g. `swe-fix`."""
+    share: float = Field(gt=0, le=1)
+    """Fraction of tasks that are of this class."""
+    sandbox_memory_gb: float = Field(default=0.0, ge=0)
+    """Host memory a live task holds for its whole life (sandbox, repo, dependencies)."""
+    stages: list[Stage] = Field(min_length=1)
+    """Stages in the order a task runs them (one turn's worth, repeated by each stage's count)."""
+
+
+class Slo(Frozen):
+    """Service targets."""
+
+    p95_task_seconds: float | None = Field(default=None, gt=0)
+    """Target 95th-percentile task completion time in seconds (checked at the operating point)."""
+    tool_wait_p95_seconds: float | None = Field(default=None, gt=0)
+    """Target 95th-percentile wait for a core in any tool queue, in seconds (limits queue load)."""
+
+
+class Workload(Sourced):
+    """A mix of agent task classes calling one served model."""
+
+    name: str
+    """Human name."""
+    served_model: ServedModel
+    """The LLM the agents call."""
+    classes: list[TaskClass] = Field(min_length=1)
+    """Task classes; shares sum to 1."""
+    slo: Slo | None = None
+    """Optional service targets."""
+
+    @model_validator(mode="after")
+    def _shares(self) -> "Workload":
+        total = sum(c.share for c in self.classes)
+        if abs(total - 1.0) > SHARE_TOLERANCE:
+            raise ValueError(f"class shares sum to {total:.6g}, not 1")
+        names = [c.name for c in self.classes]
+        if len(names) != len(set(names)):
+            raise ValueError("class names must be unique")
+        return self
+
+    def class_named(self, name: str) -> TaskClass:
+        for c in self.classes:
+            if c.name == name:
+                return c
+        raise KeyError(name)
