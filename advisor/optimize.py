@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from advisor.formulation import Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound, power_terms
-from advisor.options import Layout, ServerOption, enumerate_options
+from advisor.options import Layout, ServerOption, enumerate_options, prune_dominated
 from advisor.settings import OptimizerSettings
 from advisor.solver import LinearModel, Solution, solve
 from models.base import Frozen
@@ -149,28 +149,23 @@ def _solve_stages(b: Built, p: Problem, layout: Layout, objective: Objective, ba
             model = _fix(model, "gpu_first", gcap, ">=", s1.objective * (1 - s.throughput_tie_tolerance) - 1e-6,
                          "gpu_first")
     if objective == "max_throughput":
-        sol = solve(model, backend, clock.left(), s.mip_gap)
-        if not sol.has_solution:
-            return sol, model, notes
-        x_star = sol.values[b.x]
-        tie = _fix(model, "throughput_tie", {b.x: 1.0}, ">=", x_star * (1 - s.throughput_tie_tolerance), "tie_break")
-        tie.maximize = False
+        # One solve: throughput first, then power, then cost, with weights so small that all power and cost
+        # together are worth less than `throughput_tie_tolerance` of the throughput (a lexicographic order in effect).
+        m = model.copy()
+        total_power = sum(per_rack_count_bound(o, p.rack) * o.profile.power_w for o in p.options) * p.racks + 1.0
         total_cost = sum(per_rack_count_bound(o, p.rack) * (o.profile.price_usd or 0) for o in p.options) * p.racks
-        eps = 1.0 / (total_cost + 1.0)  # all cost together weighs less than one watt
-        tie.objective = {k: v for k, v in power_terms(b, p).items()}
+        total_cores = sum(o.profile.cores * per_rack_count_bound(o, p.rack) for o in p.options) * p.racks + 1.0
+        budget = s.throughput_tie_tolerance * b.x_upper
+        m.objective = {b.x: 1.0}
+        for k, v in power_terms(b, p).items():
+            m.objective[k] = m.objective.get(k, 0.0) - 0.5 * budget * v / total_power
         for k, v in cost_terms(b, p).items():
-            tie.objective[k] = tie.objective.get(k, 0.0) + eps * v
-        core_eps = 0.1 / (sum(o.profile.cores * per_rack_count_bound(o, p.rack) for o in p.options) * p.racks + 1.0)
+            if total_cost:
+                m.objective[k] = m.objective.get(k, 0.0) - 0.25 * budget * v / total_cost
         for v in b.u.values():  # canonical: reserve no more orchestration cores than needed
-            tie.objective[v] = core_eps
-        sol2 = solve(tie, backend, clock.left(), s.mip_gap)
-        if sol2.has_solution:
-            sol2.gap = sol.gap if sol.status != "optimal" else sol2.gap
-            if sol.status != "optimal":
-                sol2.status = sol.status
-            return sol2, tie, notes
-        notes.append("tie-break by power and cost did not finish; returning the first throughput-optimal solution")
-        return sol, model, notes
+            m.objective[v] = -0.25 * budget / total_cores
+        sol = solve(m, backend, clock.left(), s.mip_gap)
+        return sol, m, notes
     if p.required_tasks_per_hour is None:
         raise ValueError(f"objective {objective} needs required_tasks_per_hour")
     m2 = model.copy()
@@ -331,13 +326,20 @@ def optimize(
     options, servings = enumerate_options(
         catalog, workload, rack, layout, s.layout_a_orchestration_cores_per_gpu,
         s.assumptions.host_os_reserved_memory_gb, s.assumptions.tensor_parallel_domain_gpus, gpu_ids, cpu_ids)
+    # Without sandbox memory in play only capacity matters, so a smaller Pareto set of servers is exact.
+    capacity_options = options if (capital_budget_usd is not None or objective != "max_throughput") else \
+        prune_dominated(options, capacity_only=True)
     best = None
-    for part in partitions(workload, layout):
-        p = Problem(workload, rack, racks, options, servings, part, capital_budget_usd, required_tasks_per_hour)
+    for pi, part in enumerate(partitions(workload, layout)):
+        if pi > 0 and best is not None and not best[5]:
+            break  # without memory or tail limits in play one shared queue is never worse than split ones
+        p = Problem(workload, rack, racks, capacity_options, servings, part, capital_budget_usd,
+                    required_tasks_per_hour)
         # Sandbox memory needs SKU-choice binaries; solve without it first and keep that answer when the evaluator
         # confirms memory does not bind (the relaxation's optimum is then optimal for the full problem).
         memory = False
         for _ in range(s.slo_iterations):
+            p.options = options if memory else capacity_options
             b = build(p, memory=memory)
             sol, _, notes = _solve_stages(b, p, layout, objective, backend, s, clock)
             if not sol.has_solution or b.x not in sol.values:
@@ -363,9 +365,12 @@ def optimize(
                              "the best that does"]
         key = (sol.values.get(b.x, -1.0) if sol.has_solution else -1.0,
                -sum(power_terms(b, p).get(k, 0) * v for k, v in sol.values.items()) if sol.has_solution else 0)
+        coupled = memory or bool(p.utilization_caps)
         if best is None or key > best[0]:
-            best = (key, p, b, sol, notes)
-    _, p, b, sol, notes = best
+            best = (key, p, b, sol, notes, coupled)
+        elif pi == 0:
+            best = (*best[:5], coupled)
+    _, p, b, sol, notes, _ = best
     return _result(p, b, sol, notes, layout, backend, s, clock, t0, explain)
 
 

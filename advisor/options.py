@@ -69,15 +69,34 @@ def _dominates(a: ServerOption, b: ServerOption) -> bool:
     )
 
 
-def prune_dominated(options: list[ServerOption]) -> list[ServerOption]:
+def _dominates_capacity(a: ServerOption, b: ServerOption) -> bool:
+    """Without sandbox memory the SKU itself does not matter, only what a server adds: GPU serving capacity and
+    core capacity (cores x per-core speed; orchestration and tools both scale with it) against power, heat and
+    space. Price is left to the cost tie-break, which then ranks only the options kept here."""
+    pa, pb = a.profile, b.profile
+    if a.flexible_orchestration != b.flexible_orchestration:
+        return False
+    if a.flexible_orchestration:
+        benefit = (pa.gpu_tasks_per_s >= pb.gpu_tasks_per_s
+                   and pa.cores * pa.per_core_perf >= pb.cores * pb.per_core_perf
+                   and (pa.gpus == 0) == (pb.gpus == 0))
+    else:
+        benefit = (pa.serving_tasks_per_s >= pb.serving_tasks_per_s
+                   and pa.tool_cores * pa.per_core_perf >= pb.tool_cores * pb.per_core_perf)
+    return (benefit and pa.power_w <= pb.power_w and pa.air_heat_w <= pb.air_heat_w
+            and pa.liquid_heat_w <= pb.liquid_heat_w and pa.space_u <= pb.space_u)
+
+
+def prune_dominated(options: list[ServerOption], capacity_only: bool = False) -> list[ServerOption]:
     """Drop options another option dominates; among identical ones keep the first (a stable, canonical choice)."""
+    dom = _dominates_capacity if capacity_only else _dominates
     keep: list[ServerOption] = []
     for i, o in enumerate(options):
         dominated = False
         for j, other in enumerate(options):
-            if i == j or not _dominates(other, o):
+            if i == j or not dom(other, o):
                 continue
-            if _dominates(o, other) and i < j:  # identical figures: keep the earlier one
+            if dom(o, other) and i < j:  # identical figures: keep the earlier one
                 continue
             dominated = True
             break

@@ -127,19 +127,15 @@ def _log_delay(think_s: float, n_max: int) -> np.ndarray:
 
 
 def _log_convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """log of the convolution of exp(a) and exp(b), first len(a) terms.
+    """log of the convolution of exp(a) and exp(b) (first len(a) terms), each side scaled by its maximum.
 
-    Each side is scaled by exp(n c) with c chosen so that both sides peak near 1 at their end; terms more than ~700
-    e-folds below the largest underflow to zero, which only touches populations far below N (not used)."""
+    The caller tilts every factor by X^n (X near the network's throughput) so each factor peaks near its station's
+    queue length; terms that then underflow are negligible for the populations the caller reads."""
     n = len(a)
-    idx = np.arange(n)
-    finite = np.isfinite(a[-1]) and np.isfinite(b[-1])
-    c = -(a[-1] + b[-1]) / (2 * (n - 1)) if finite and n > 1 else 0.0
-    sa, sb = a + c * idx, b + c * idx
-    ma, mb = np.max(sa), np.max(sb)
-    conv = np.convolve(np.exp(sa - ma), np.exp(sb - mb))[:n]
+    ma, mb = np.max(a), np.max(b)
+    conv = np.convolve(np.exp(a - ma), np.exp(b - mb))[:n]
     with np.errstate(divide="ignore"):
-        return np.log(conv) + ma + mb - c * idx
+        return np.log(conv) + ma + mb
 
 
 def exact_mva(stations: Sequence[Station], think_s: float, population: int, queue_lengths: bool = True) -> ClosedResult:
@@ -151,29 +147,40 @@ def exact_mva(stations: Sequence[Station], think_s: float, population: int, queu
     Little's law N = X (Z + sum_k R_k) holds exactly. Cost O(K^2 N^2) with K small.
     """
     n_max = int(population)
-    logs = [_log_station(s, n_max) for s in stations]
-    delay = _log_delay(think_s, n_max)
+    n_idx = np.arange(n_max + 1)
+    base = [_log_station(s, n_max) for s in stations]
+    base_delay = _log_delay(think_s, n_max)
 
-    def log_g(parts: list[np.ndarray]) -> np.ndarray:
+    def log_g(parts: list[np.ndarray], delay: np.ndarray) -> np.ndarray:
         total = delay
         for lf in parts:
             total = _log_convolve(total, lf)
         return total
 
-    total = log_g(logs)
-    with np.errstate(invalid="ignore"):
-        xs = np.exp(total[:-1] - total[1:])
+    # Tilt by X^n: first with the asymptotic bound, then with the throughput that gives (Buzen's scaling idea).
+    rates_at_n = [float(np.asarray(s.rate(np.array([float(n_max)])))[0]) / s.demand_s for s in stations if s.demand_s > 0]
+    x_tilt = min(rates_at_n + [n_max / think_s if think_s > 0 else math.inf])
+    if not math.isfinite(x_tilt) or x_tilt <= 0:
+        x_tilt = 1.0
+    for _ in range(2):
+        lt = math.log(x_tilt)
+        logs = [lf + lt * n_idx for lf in base]
+        delay = base_delay + lt * n_idx
+        total = log_g(logs, delay)
+        with np.errstate(invalid="ignore", over="ignore"):
+            xs = x_tilt * np.exp(total[:-1] - total[1:])
+        if math.isfinite(xs[-1]) and xs[-1] > 0:
+            x_tilt = float(xs[-1])
     ql = np.full(len(stations), np.nan)
     if queue_lengths:
         # E[n_k] = D_k d log G(N) / d D_k, since station k's factor is proportional to D_k^n (central difference).
-        n_idx = np.arange(n_max + 1)
         h = 1e-4
         for i in range(len(stations)):
             if stations[i].demand_s <= 0:
                 ql[i] = 0.0
                 continue
-            up = log_g([lf + h * n_idx if j == i else lf for j, lf in enumerate(logs)])[-1]
-            dn = log_g([lf - h * n_idx if j == i else lf for j, lf in enumerate(logs)])[-1]
+            up = log_g([lf + h * n_idx if j == i else lf for j, lf in enumerate(logs)], delay)[-1]
+            dn = log_g([lf - h * n_idx if j == i else lf for j, lf in enumerate(logs)], delay)[-1]
             ql[i] = (up - dn) / (2 * h)
     x = float(xs[-1])
     return ClosedResult(n_max, xs, ql, ql / x, think_s)
