@@ -53,6 +53,10 @@ CATALOG_COLUMNS = {
 }
 
 
+SOURCE_WIDTH = 60
+"""Characters of `source` shown in the table (the JSON output carries it whole)."""
+
+
 @app.command()
 def catalog(
     kind: Kind = typer.Argument(Kind.cpus, help="Which table to list."),
@@ -68,7 +72,7 @@ def catalog(
     t = Table(title=f"{kind.value} ({len(entries)})")
     cols = CATALOG_COLUMNS[kind.value]
     for c in (*cols, "source"):
-        t.add_column(c, overflow="fold")
+        t.add_column(c, overflow="fold", no_wrap=(c == "id"))
     for e in entries:
         row = []
         for c in cols:
@@ -78,7 +82,8 @@ def catalog(
             elif c == "classes":
                 v = ", ".join(f"{x['name']} ({x['share']:g})" for x in v)
             row.append("" if v is None else str(v))
-        t.add_row(*row, e["source"])
+        src = e["source"]
+        t.add_row(*row, src if len(src) <= SOURCE_WIDTH else src[: SOURCE_WIDTH - 1] + "…")
     out.print(t)
 
 
@@ -229,6 +234,26 @@ def chip_vs_rack_cmd(
     else:
         out.print(f"{res.per_chip_metric}: {res.a.sku} {res.a.per_chip:,.1f}, {res.b.sku} {res.b.per_chip:,.1f}")
         out.print(res.explanation)
+
+
+EXTENSIONS = ("advisor.cli_report", "advisor.cli_sim", "advisor.cli_batch")
+"""Modules that add commands (serve, report, simulate, fit, batch, ...) through a `register(app)` function."""
+
+
+def _register_extensions() -> None:
+    import importlib
+
+    for name in EXTENSIONS:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name == name:
+                continue
+            raise
+        mod.register(app)
+
+
+_register_extensions()
 
 
 def main() -> None:  # console-script entry point

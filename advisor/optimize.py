@@ -20,6 +20,8 @@ from models.pipeline import Evaluation, evaluate
 from models.workload import CpuStage, Workload
 
 Objective = Literal["max_throughput", "min_cost", "min_power"]
+MIN_USEFUL_TASKS_PER_HOUR = 1.0
+"""Target used to diagnose a request where nothing fits: the budgets that would let one task per hour through."""
 BUDGET_GROUPS = ("power", "cooling_air", "cooling_liquid", "space", "capital")
 BUDGET_UNITS = {"power": "W", "cooling_air": "W", "cooling_liquid": "W", "space": "U", "capital": "USD"}
 
@@ -200,6 +202,29 @@ def _diagnose(b: Built, p: Problem, backend: str, s: OptimizerSettings, clock: _
                 f"(from {avail:,.0f} to {avail + extra:,.0f} {unit}) makes it feasible")))
     out.sort(key=lambda i: (i.shortfall or math.inf) / max(1.0, next(
         c.rhs for c in b.model.constraints if c.group == i.group)))
+    if out or not p.options:
+        return out
+    # No single budget is enough: relax them together, minimizing the sum of relative increases.
+    groups = [g for g in BUDGET_GROUPS if any(c.group == g for c in b.model.constraints)]
+    m = LinearModel("diagnose_joint", dict(b.model.vars), [c for c in b.model.constraints if c.group not in groups],
+                    {}, False)
+    slack = {g: m.var(f"slack_{g}", 0, None) for g in groups}
+    rhs = {}
+    for c in b.model.constraints:
+        if c.group in groups:
+            m.add(c.name, c.group, {**c.terms, slack[c.group]: -1.0}, c.sense, c.rhs)
+            rhs[c.group] = max(1.0, c.rhs)
+    m.objective = {slack[g]: 1.0 / rhs[g] for g in groups}
+    sol = solve(m, backend, clock.left(), s.mip_gap)
+    if not sol.has_solution:
+        return out
+    for g in groups:
+        extra = sol.values[slack[g]]
+        if extra > 1e-6:
+            unit = BUDGET_UNITS[g]
+            out.append(Infeasibility(group=g, shortfall=extra, unit=unit, message=(
+                f"together with the others listed, raise {g} by {extra:,.0f} {unit}"
+                f"{' per rack' if g != 'capital' else ''} (from {rhs[g]:,.0f} to {rhs[g] + extra:,.0f} {unit})")))
     return out
 
 
@@ -326,6 +351,16 @@ def optimize(
     options, servings = enumerate_options(
         catalog, workload, rack, layout, s.layout_a_orchestration_cores_per_gpu,
         s.assumptions.host_os_reserved_memory_gb, s.assumptions.tensor_parallel_domain_gpus, gpu_ids, cpu_ids)
+    warnings_pre: list[str] = []
+    if capital_budget_usd is not None:
+        priced = [o for o in options if o.profile.price_usd is not None]
+        if len(priced) < len(options):
+            warnings_pre.append(f"capital budget: {len(options) - len(priced)} candidate servers without a known "
+                                "price were left out")
+        if not priced:
+            raise ValueError("a capital budget needs server prices, and no candidate server has a complete price "
+                             "(chassis + CPUs + GPUs); add price_usd to the catalog entries you consider")
+        options = priced
     # Without sandbox memory in play only capacity matters, so a smaller Pareto set of servers is exact.
     capacity_options = options if (capital_budget_usd is not None or objective != "max_throughput") else \
         prune_dominated(options, capacity_only=True)
@@ -371,6 +406,7 @@ def optimize(
         elif pi == 0:
             best = (*best[:5], coupled)
     _, p, b, sol, notes, _ = best
+    notes = warnings_pre + notes
     return _result(p, b, sol, notes, layout, backend, s, clock, t0, explain)
 
 
@@ -418,11 +454,17 @@ def _result(p: Problem, b: Built, sol: Solution, notes: list[str], layout: Layou
     x_pred = sol.values[b.x]
     warnings = list(notes)
     if cfg is None:
+        # Nothing useful fits: ask which budget would let even one task per hour through.
+        from dataclasses import replace
+
+        p1 = replace(p, required_tasks_per_hour=MIN_USEFUL_TASKS_PER_HOUR)
+        diag = _diagnose(build(p1, memory=False), p1, backend, s, clock) or _empty_rack_diagnosis(p)
         return OptimizeResult(layout=layout, status="infeasible", gap=sol.gap, solver=backend,
                               seconds=time.perf_counter() - t0, partition=p.partition, throughput_tasks_per_hour=0.0,
                               predicted_tasks_per_hour=0.0, bottleneck="none", binding_constraints=[], constraints=[],
-                              infeasibility=_empty_rack_diagnosis(p),
-                              message="no configuration gives any throughput within the budgets", **empty)
+                              infeasibility=diag,
+                              message="no configuration gives any throughput within the budgets: "
+                                      + "; ".join(d.message for d in diag[:3]), **empty)
     ev = evaluate(cfg, p.workload, p.rack, _catalog_of(p), s.assumptions)
     if abs(ev.throughput_tasks_per_hour - x_pred) > 1e-4 * max(1.0, x_pred):
         warnings.append(f"evaluator gives {ev.throughput_tasks_per_hour:,.1f} tasks/h, the MILP predicted {x_pred:,.1f}")

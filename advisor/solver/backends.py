@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import re
+import tempfile
 import time
 from collections.abc import Callable
 
@@ -38,12 +41,36 @@ def to_pulp(model: LinearModel) -> tuple[pulp.LpProblem, dict[str, pulp.LpVariab
     return prob, v, cons
 
 
+_BEST_POSSIBLE = re.compile(r"best possible (-?[0-9.eE+]+)")
+
+
+def _cbc_log_facts(path: str, maximize: bool) -> tuple[float | None, bool]:
+    """Best bound and whether CBC stopped on its time limit, read from its log (PuLP exposes neither)."""
+    try:
+        text = open(path, encoding="utf-8", errors="replace").read()
+    except OSError:
+        return None, False
+    found = _BEST_POSSIBLE.findall(text)
+    bound = None
+    if found:
+        raw = float(found[-1])
+        bound = -raw if maximize else raw  # CBC minimizes the negated objective of a maximization
+    return bound, "Stopped on time limit" in text
+
+
 def solve_cbc(model: LinearModel, time_limit_s: float, gap: float, threads: int = 1) -> Solution:
     prob, v, cons = to_pulp(model)
     is_mip = any(x.integer for x in model.vars.values())
-    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(time_limit_s)), gapRel=gap, threads=threads)
+    fd, log_path = tempfile.mkstemp(prefix="cbc-", suffix=".log")
+    os.close(fd)
+    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(time_limit_s)), gapRel=gap, threads=threads,
+                               logPath=log_path)
     t0 = time.perf_counter()
-    prob.solve(solver)
+    try:
+        prob.solve(solver)
+        log_bound, stopped = _cbc_log_facts(log_path, model.maximize)
+    finally:
+        os.unlink(log_path)
     secs = time.perf_counter() - t0
     status = pulp.LpStatus[prob.status]
     sol_status = prob.sol_status
@@ -53,16 +80,19 @@ def solve_cbc(model: LinearModel, time_limit_s: float, gap: float, threads: int 
         return Solution("infeasible", None, {}, seconds=secs, backend="cbc")
     if status == "Unbounded":
         return Solution("unbounded", None, {}, seconds=secs, backend="cbc")
-    if sol_status == pulp.LpSolutionOptimal:
+    if stopped and obj is not None:
+        st = "time_limit"
+    elif sol_status == pulp.LpSolutionOptimal:
         st = "optimal"
     elif sol_status == pulp.LpSolutionIntegerFeasible:
-        st = "time_limit" if secs >= time_limit_s * 0.95 else "feasible"
+        st = "time_limit" if (stopped or secs >= time_limit_s * 0.95) else "feasible"
     else:
-        return Solution("time_limit" if secs >= time_limit_s * 0.95 else "error", None, {}, seconds=secs, backend="cbc")
+        return Solution("time_limit" if (stopped or secs >= time_limit_s * 0.95) else "error", None, {},
+                        seconds=secs, backend="cbc")
     duals = {}
     if not is_mip:
         duals = {n: (c.pi if c.pi is not None else 0.0) for n, c in cons.items()}
-    bound = getattr(solver, "bestBound", None) if is_mip else obj
+    bound = (log_bound if log_bound is not None else None) if is_mip else obj
     return Solution(st, obj, values, best_bound=bound, gap=0.0 if st == "optimal" else _gap(obj, bound),
                     seconds=secs, duals=duals, backend="cbc")
 
