@@ -155,6 +155,7 @@ def optimize_cmd(
     capital: Optional[float] = typer.Option(None, "--capital-usd", help="Capital budget in USD."),
     gpus: Optional[list[str]] = typer.Option(None, "--gpu", help="Only these GPU SKUs (repeat)."),
     cpus: Optional[list[str]] = typer.Option(None, "--cpu", help="Only these CPU SKUs (repeat)."),
+    gap: float = typer.Option(1e-6, "--gap", min=0, max=0.5, help="Relative MIP gap at which to stop."),
     as_json: bool = typer.Option(False, "--json"),
     save_config: Optional[Path] = typer.Option(None, "--save-config", help="Write the chosen configuration as YAML."),
 ) -> None:
@@ -162,9 +163,11 @@ def optimize_cmd(
     from advisor.optimize import optimize
     from advisor.render_text import print_optimize
 
+    from advisor.settings import OptimizerSettings
+
     cat, w, r = _inputs(workload, rack)
     try:
-        res = optimize(w, r, cat, layout=layout.value,
+        res = optimize(w, r, cat, layout=layout.value, settings=OptimizerSettings(mip_gap=gap),
                        **_opt_kwargs(racks, solver, time_limit, objective, required, capital, gpus, cpus))
     except (InputError, ValueError) as e:
         fail(str(e))

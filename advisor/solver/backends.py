@@ -93,8 +93,8 @@ def solve_cbc(model: LinearModel, time_limit_s: float, gap: float, threads: int 
     if not is_mip:
         duals = {n: (c.pi if c.pi is not None else 0.0) for n, c in cons.items()}
     bound = (log_bound if log_bound is not None else None) if is_mip else obj
-    return Solution(st, obj, values, best_bound=bound, gap=0.0 if st == "optimal" else _gap(obj, bound),
-                    seconds=secs, duals=duals, backend="cbc")
+    return _finish(Solution(st, obj, values, best_bound=bound, gap=0.0 if st == "optimal" else _gap(obj, bound),
+                            seconds=secs, duals=duals, backend="cbc"), is_mip)
 
 
 def solve_ortools(model: LinearModel, time_limit_s: float, gap: float, threads: int = 1) -> Solution:
@@ -140,8 +140,22 @@ def solve_ortools(model: LinearModel, time_limit_s: float, gap: float, threads: 
     else:
         st = "time_limit" if secs >= time_limit_s * 0.95 else "feasible"
     duals = {n: c.dual_value() for n, c in cons.items()} if not is_mip else {}
-    return Solution(st, objective, values, best_bound=bound, gap=0.0 if st == "optimal" else _gap(objective, bound),
-                    seconds=secs, duals=duals, backend="ortools")
+    return _finish(Solution(st, objective, values, best_bound=bound,
+                            gap=0.0 if st == "optimal" else _gap(objective, bound), seconds=secs, duals=duals,
+                            backend="ortools"), is_mip)
+
+
+PROVEN_GAP = 1e-9
+"""A MIP counts as proven optimal only when its bound meets its objective this closely; a solve that stopped at
+a looser requested gap is reported as `feasible` with that gap."""
+
+
+def _finish(sol: Solution, is_mip: bool) -> Solution:
+    if is_mip and sol.status == "optimal" and sol.best_bound is not None:
+        g = _gap(sol.objective, sol.best_bound)
+        if g is not None and g > PROVEN_GAP:
+            sol.status, sol.gap = "feasible", g
+    return sol
 
 
 BACKENDS: dict[str, Callable[..., Solution]] = {"cbc": solve_cbc, "ortools": solve_ortools}

@@ -1,0 +1,890 @@
+"""The HTML recommendation report: one self-contained file (inline CSS, inline SVG, no script, no external request).
+
+Every figure in it comes from the optimizer / pipeline-model output or from a catalog entry, which the report
+lists with its source. `render_report(request)` returns the HTML and a JSON-ready dict of the same figures.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+import time
+from datetime import datetime, timezone
+from importlib import resources
+from typing import Any, Literal
+
+import jinja2
+from markupsafe import Markup
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from advisor.catalog import builtin_catalog, load_rack, load_workload
+from advisor.compare import LAYOUTS, ChipVsRack, LayoutComparison, chip_vs_rack, compare_layouts
+from advisor.errors import InputError
+from advisor.optimize import BUDGET_GROUPS, OptimizeResult, optimize
+from advisor.options import Layout
+from advisor.settings import OptimizerSettings
+from models.assumptions import ModelAssumptions
+from models.catalog import Catalog, UnknownId
+from models.config import Configuration
+from models.hardware import Rack
+from models.performance import gpu_serving
+from models.pipeline import Evaluation, evaluate
+from models.queueing import mmc_mean_wait, mmc_wait_quantile
+from models.workload import CpuStage, Workload
+
+MAX_RACKS = 64
+"""Largest row a request may ask for (solve time grows with it)."""
+LAYOUT_NAMES = {"a": "A (GPU-first)", "b": "B (balanced)", "hybrid": "Hybrid (tiered)"}
+LAYOUT_COLORS = {"a": "#c44e52", "b": "#dd8452", "hybrid": "#4c72b0"}
+ROLE_COLORS = {"gpu": "#7a5195", "cpu": "#2a9d8f", "reserved": "#8d99ae"}
+RESOURCE_COLORS = {"gpu": "#7a5195", "cpu": "#2a9d8f", "cpu_wait": "#e9c46a", "delay": "#b0b7c3"}
+SECTIONS = ("glance", "bom", "time", "layouts", "why", "operate", "sources")
+
+
+class ReportRequest(BaseModel):
+    """What to report on: a workload and rack (catalog id or inline object), one layout or the best of A/B/hybrid."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    workload: str | dict[str, Any]
+    """Workload preset id, or an inline workload object (served_model may be a catalog id)."""
+    rack: str | dict[str, Any]
+    """Rack profile id, or an inline rack object."""
+    racks: int = Field(default=1, ge=1, le=MAX_RACKS)
+    """Racks in the row, each with the profile's budgets."""
+    layout: Layout | None = None
+    """Recommend this layout; omitted (or `compare: true`): the best of A, B and hybrid."""
+    compare: bool = False
+    """Recommend the best of A, B and hybrid (the default when no layout is given)."""
+    solver: Literal["cbc", "ortools"] = "cbc"
+    time_limit_s: float = Field(default=30.0, gt=0)
+    """Solver time limit per layout."""
+    gpu_ids: list[str] | None = None
+    """Only these GPU SKUs."""
+    cpu_ids: list[str] | None = None
+    """Only these CPU SKUs."""
+    sensitivity: bool = True
+    """Draw the sensitivity sweeps (the costly part of a report)."""
+    power_factors: list[float] = Field(default=[0.5, 0.75, 1.0, 1.25, 1.5], min_length=2, max_length=9)
+    """Rack power budget sweep, as multiples of the rack profile's power_kw."""
+    tool_factors: list[float] = Field(default=[0.25, 0.5, 1.0, 2.0, 4.0], min_length=2, max_length=9)
+    """Tool-time sweep: every CPU stage's core_seconds multiplied by these factors."""
+    sweep_time_limit_s: float = Field(default=5.0, gt=0)
+    """Solver time limit per sweep point and layout."""
+    alert_headroom: float = Field(default=0.5, gt=0, lt=1)
+    """Alert thresholds sit this far from the model's operating-point value towards the metric's limit
+    (0.5: halfway between the expected utilization and saturation)."""
+
+    @field_validator("power_factors", "tool_factors")
+    @classmethod
+    def _positive(cls, v: list[float]) -> list[float]:
+        if any(not (f > 0 and math.isfinite(f)) for f in v):
+            raise ValueError("factors must be positive numbers")
+        return sorted(set(v))
+
+    @model_validator(mode="after")
+    def _one(self) -> "ReportRequest":
+        if self.layout is not None and self.compare:
+            raise ValueError("give layout or compare, not both")
+        return self
+
+
+# ----------------------------------------------------------------------------------------------------------- helpers
+
+def _finite(obj: Any) -> Any:
+    """JSON-safe copy: non-finite floats become None."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def fmt(x: Any, spec: str = ",.0f", unit: str = "") -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, float) and not math.isfinite(x):
+        return "unbounded" if x > 0 else "n/a"
+    s = format(x, spec)
+    return f"{s} {unit}" if unit else s
+
+
+def pct(x: Any, digits: int = 0) -> str:
+    return fmt(x, f".{digits}%")
+
+
+_URL = re.compile(r"https?://[^\s<>\"'),;]+")
+
+
+def link_parts(text: str | None) -> list[tuple[str, bool]]:
+    """Split text into (piece, is_url) so the template can link http(s) URLs and escape everything."""
+    if not text:
+        return []
+    out, pos = [], 0
+    for m in _URL.finditer(text):
+        if m.start() > pos:
+            out.append((text[pos:m.start()], False))
+        out.append((m.group(0).rstrip("."), True))
+        pos = m.start() + len(m.group(0).rstrip("."))
+    if pos < len(text):
+        out.append((text[pos:], False))
+    return out
+
+
+def _gpus(r: OptimizeResult) -> int:
+    return sum(s.count * s.gpus_per_server for s in r.servers)
+
+
+def _per_1000(power_w: float, tph: float) -> float | None:
+    """kWh per 1,000 tasks = kW / (tasks/h / 1000) = W / (tasks/h)."""
+    return power_w / tph if tph > 0 else None
+
+
+def _best(results: list[OptimizeResult]) -> OptimizeResult:
+    """Same rule as compare_layouts: most tasks/h, then least power."""
+    return max(results, key=lambda r: (r.throughput_tasks_per_hour, -r.power_w))
+
+
+def _truncate(s: str, n: int) -> str:
+    return s if len(s) <= n else s[: max(1, n - 1)] + "…"
+
+
+# ------------------------------------------------------------------------------------------------------------ charts
+
+def _svg(fig, name: str) -> Markup:
+    """Matplotlib figure (Agg canvas) to an inline <svg>, with ids prefixed so several charts share one page."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    FigureCanvasAgg(fig)
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    s = buf.getvalue()
+    s = s[s.index("<svg"):]
+    ids = set(re.findall(r'\sid="([^"]+)"', s))
+    s = re.sub(r'(\sid=")([^"]+)"', lambda m: f'{m.group(1)}{name}-{m.group(2)}"', s)
+    s = re.sub(r'(href="#|url\(#)([^")]+)',
+               lambda m: f"{m.group(1)}{name}-{m.group(2)}" if m.group(2) in ids else m.group(0), s)
+    s = s.replace("<svg ", f'<svg role="img" aria-label="{name}" ', 1)
+    return Markup(s)  # generated by matplotlib: labels are glyph paths, comments escaped by its SVG writer
+
+
+def _figure(w: float, h: float):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(w, h), dpi=100)
+    return fig
+
+
+def _style(ax) -> None:
+    ax.spines["top"].set_visible(False)
+    ax.spines["right"].set_visible(False)
+    ax.tick_params(labelsize=8)
+    ax.grid(axis="x", color="#e5e7eb", linewidth=0.6)
+    ax.set_axisbelow(True)
+
+
+def chart_stage_shares(ev: Evaluation) -> Markup:
+    rows = []
+    for st in ev.stage_times:
+        tot = st.service_s + st.wait_s
+        svc = st.share * (st.service_s / tot) if tot > 0 else 0.0
+        rows.append((f"{st.task_class}/{st.stage}", st.resource, svc, st.share - svc))
+    rows.sort(key=lambda r: r[2] + r[3])
+    fig = _figure(7.2, 0.9 + 0.28 * len(rows))
+    ax = fig.add_subplot()
+    y = range(len(rows))
+    ax.barh(y, [r[2] for r in rows], color=[RESOURCE_COLORS.get(r[1], "#999") for r in rows])
+    ax.barh(y, [r[3] for r in rows], left=[r[2] for r in rows], color=RESOURCE_COLORS["cpu_wait"], hatch="//",
+            edgecolor="white")
+    ax.set_yticks(list(y))
+    ax.set_yticklabels([r[0] for r in rows], parse_math=False)
+    for i, r in enumerate(rows):
+        ax.text(r[2] + r[3], i, f" {r[2] + r[3]:.1%}", va="center", fontsize=7, parse_math=False)
+    ax.set_xlabel("share of mean task time at the operating point", fontsize=8)
+    from matplotlib.patches import Patch
+    ax.legend(handles=[Patch(color=RESOURCE_COLORS["gpu"], label="GPU (LLM call)"),
+                       Patch(color=RESOURCE_COLORS["cpu"], label="CPU (tool call)"),
+                       Patch(color=RESOURCE_COLORS["cpu_wait"], label="waiting for a core"),
+                       Patch(color=RESOURCE_COLORS["delay"], label="delay (holds nothing)")],
+              fontsize=7, loc="lower right", frameon=False)
+    ax.set_xlim(0, max([r[2] + r[3] for r in rows] + [0.01]) * 1.18)
+    _style(ax)
+    return _svg(fig, "chart-stage-shares")
+
+
+def gpu_time_split(ev: Evaluation) -> dict[str, dict[str, float]] | None:
+    """GPU serving capacity: busy vs idle waiting on CPU stages vs other idle, at sustainable throughput (model) and
+    at the operating point (idle split in the same ratio: CPU service time against delay time per task)."""
+    if ev.gpus == 0 or "gpu" not in ev.utilization:
+        return None
+    cpu, delay = ev.resource_shares.get("cpu", 0.0), ev.resource_shares.get("delay", 0.0)
+    ratio = cpu / (cpu + delay) if cpu + delay > 0 else 0.0
+    u = min(1.0, ev.utilization["gpu"])
+    return {
+        "sustainable": {"busy": 1.0 - ev.gpu_idle_fraction, "idle_on_cpu": ev.gpu_idle_on_cpu_fraction,
+                        "idle_other": ev.gpu_idle_fraction - ev.gpu_idle_on_cpu_fraction},
+        "operating_point": {"busy": u, "idle_on_cpu": (1 - u) * ratio, "idle_other": (1 - u) * (1 - ratio)},
+    }
+
+
+def chart_gpu_time(split: dict[str, dict[str, float]], op_label: str) -> Markup:
+    fig = _figure(7.2, 1.7)
+    ax = fig.add_subplot()
+    labels = ["at sustainable throughput", "at the operating point"]
+    keys = ["sustainable", "operating_point"]
+    parts = [("busy", "busy serving", RESOURCE_COLORS["gpu"]),
+             ("idle_on_cpu", "idle: tasks waiting on CPU tools", RESOURCE_COLORS["cpu_wait"]),
+             ("idle_other", "idle: other (delays, load below capacity)", RESOURCE_COLORS["delay"])]
+    for i, k in enumerate(keys):
+        left = 0.0
+        for key, _, color in parts:
+            v = max(0.0, split[k][key])
+            ax.barh(i, v, left=left, color=color)
+            if v >= 0.06:
+                ax.text(left + v / 2, i, f"{v:.0%}", ha="center", va="center", fontsize=7, color="white")
+            left += v
+    ax.set_yticks([0, 1])
+    ax.set_yticklabels(labels, parse_math=False)
+    ax.set_xlim(0, 1)
+    ax.invert_yaxis()
+    ax.set_xlabel("fraction of GPU serving capacity", fontsize=8)
+    from matplotlib.patches import Patch
+    ax.legend(handles=[Patch(color=c, label=lbl) for _, lbl, c in parts], fontsize=7, ncol=3, frameon=False,
+              loc="upper center", bbox_to_anchor=(0.5, -0.45))
+    _style(ax)
+    return _svg(fig, "chart-gpu-time")
+
+
+def chart_utilization(ev: Evaluation, alerts: dict[str, float]) -> Markup:
+    items = sorted(ev.utilization.items(), key=lambda kv: kv[1])
+    fig = _figure(7.2, 0.8 + 0.32 * len(items))
+    ax = fig.add_subplot()
+    vals = [min(v, 1.5) if math.isfinite(v) else 1.5 for _, v in items]
+    colors = [RESOURCE_COLORS["gpu"] if k == "gpu" else RESOURCE_COLORS["cpu"] if k.startswith("cpu")
+              else RESOURCE_COLORS["delay"] for k, _ in items]
+    ax.barh(range(len(items)), vals, color=colors)
+    for i, (k, v) in enumerate(items):
+        ax.text(vals[i], i, f" {fmt(v, '.0%')}", va="center", fontsize=7, parse_math=False)
+        if k in alerts:
+            ax.plot([alerts[k], alerts[k]], [i - 0.4, i + 0.4], color="#c44e52", linewidth=1.2)
+    ax.set_yticks(range(len(items)))
+    ax.set_yticklabels([k for k, _ in items], parse_math=False)
+    ax.axvline(1.0, color="#333", linewidth=0.8, linestyle=":")
+    ax.set_xlim(0, max(1.1, max(vals) * 1.15))
+    ax.set_xlabel("utilization at the operating point (red tick: alert threshold)", fontsize=8)
+    _style(ax)
+    return _svg(fig, "chart-utilization")
+
+
+def chart_layouts(results: list[OptimizeResult], ratios: dict[str, float | None]) -> Markup:
+    fig = _figure(7.2, 2.4)
+    ax1, ax2 = fig.subplots(1, 2)
+    labels = [LAYOUT_NAMES[r.layout] for r in results]
+    tph = [r.throughput_tasks_per_hour for r in results]
+    ax1.bar(labels, tph, color=[LAYOUT_COLORS[r.layout] for r in results])
+    for i, r in enumerate(results):
+        ratio = ratios.get(r.layout)
+        ax1.text(i, tph[i], f"{tph[i]:,.0f}\n" + (f"{ratio:.2f}x A" if ratio is not None else "A: none"),
+                 ha="center", va="bottom", fontsize=7)
+    ax1.set_ylabel("tasks per hour", fontsize=8)
+    ax1.set_ylim(0, max(tph + [1.0]) * 1.3)
+    e = [_per_1000(r.power_w, r.throughput_tasks_per_hour) for r in results]
+    ax2.bar(labels, [v or 0.0 for v in e], color=[LAYOUT_COLORS[r.layout] for r in results])
+    for i, v in enumerate(e):
+        ax2.text(i, v or 0.0, fmt(v, ",.1f"), ha="center", va="bottom", fontsize=7)
+    ax2.set_ylabel("kWh per 1,000 tasks (provisioned)", fontsize=8)
+    ax2.set_ylim(0, max([v or 0.0 for v in e] + [1.0]) * 1.25)
+    for ax in (ax1, ax2):
+        _style(ax)
+        ax.grid(axis="y", color="#e5e7eb", linewidth=0.6)
+        ax.tick_params(axis="x", labelsize=7)
+    fig.tight_layout()
+    return _svg(fig, "chart-layouts")
+
+
+def chart_sweep(sweep: dict, name: str, xlabel: str, xlog: bool, current_x: float) -> Markup:
+    fig = _figure(7.2, 2.8)
+    ax = fig.add_subplot()
+    xs = [p["x"] for p in sweep["points"]]
+    for lay in LAYOUTS:
+        ys = [p["throughput"].get(lay) for p in sweep["points"]]
+        ax.plot(xs, [y if y is not None else float("nan") for y in ys], marker="o", markersize=3.5,
+                color=LAYOUT_COLORS[lay], label=LAYOUT_NAMES[lay])
+    ax.axvline(current_x, color="#333", linewidth=0.8, linestyle=":")
+    top = max([y for p in sweep["points"] for y in p["throughput"].values() if y is not None] + [1.0])
+    ax.text(current_x, top * 1.12, " this rack", fontsize=7, va="top")
+    for ch in sweep["changes"]:
+        ax.axvline(ch["x_mid"], color="#c44e52", linewidth=1.0, linestyle="--")
+        ax.text(ch["x_mid"], top * 1.02, f" best: {ch['from']} → {ch['to']}", fontsize=7, color="#c44e52",
+                va="top", rotation=90 if len(sweep["changes"]) > 2 else 0, parse_math=False)
+    if xlog:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(xs)
+    ax.set_xticklabels([p["tick"] for p in sweep["points"]], parse_math=False)
+    ax.minorticks_off()
+    ax.set_ylim(0, top * 1.15)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel("tasks per hour", fontsize=8)
+    ax.legend(fontsize=7, frameon=False, loc="upper left")
+    _style(ax)
+    ax.grid(axis="y", color="#e5e7eb", linewidth=0.6)
+    return _svg(fig, name)
+
+
+# -------------------------------------------------------------------------------------------------------- sections
+
+def _server_label(cat: Catalog, s) -> tuple[str, str]:
+    ch, cpu = cat.chassis[s.chassis], cat.cpus[s.cpu]
+    sockets = ch.cpu_sockets
+    if s.gpu:
+        g = cat.gpus[s.gpu]
+        short = f"{s.gpus_per_server}× {g.name} · {sockets}× {cpu.name}"
+    else:
+        short = f"CPU node · {sockets}× {cpu.name}"
+    full = f"{ch.name} ({ch.id}): {short}; {s.power_w_each:,.0f} W, {s.space_u_each} U"
+    return short, full
+
+
+def server_price(cat: Catalog, s) -> tuple[float | None, list[str]]:
+    """Catalog price of one server (chassis + CPUs + GPUs) and the parts without a price."""
+    ch, cpu = cat.chassis[s.chassis], cat.cpus[s.cpu]
+    missing, total = [], 0.0
+    for label, price, n in ((f"chassis {ch.id}", ch.price_usd, 1), (f"CPU {cpu.id}", cpu.list_price_usd, ch.cpu_sockets),
+                            *(((f"GPU {s.gpu}", cat.gpus[s.gpu].price_usd, s.gpus_per_server),) if s.gpu else ())):
+        if price is None:
+            missing.append(label)
+        else:
+            total += price * n
+    return (None if missing else total), missing
+
+
+def bill_of_materials(cat: Catalog, res: OptimizeResult, rack: Rack, racks: int) -> list[dict]:
+    ev = res.evaluation
+    out = []
+    for r in range(racks):
+        rows = []
+        for s in res.servers:
+            if s.rack != r:
+                continue
+            ch, cpu = cat.chassis[s.chassis], cat.cpus[s.cpu]
+            g = cat.gpus[s.gpu] if s.gpu else None
+            price, missing = server_price(cat, s)
+            rows.append({
+                "count": s.count, "role": ch.role, "chassis_id": ch.id, "chassis": ch.name,
+                "cpu_id": cpu.id, "cpu": f"{cpu.vendor} {cpu.name}", "sockets": ch.cpu_sockets,
+                "gpu_id": g.id if g else None, "gpu": f"{g.vendor} {g.name}" if g else None,
+                "gpus_per_server": s.gpus_per_server, "power_w_each": s.power_w_each, "u_each": s.space_u_each,
+                "power_w_total": s.power_w_each * s.count, "u_total": s.space_u_each * s.count,
+                "orchestration_cores_per_gpu": s.orchestration_cores_per_gpu if s.gpu else None,
+                "queue_cores": s.queue_cores, "price_each_usd": price, "price_missing": missing,
+            })
+        usage = next((u for u in ev.racks if u.rack == r), None) if ev else None
+        out.append({"rack": r, "rows": rows, "usage": usage.model_dump() if usage else None,
+                    "reserved_u": rack.reserved_u, "reserved_power_w": rack.reserved_power_w})
+    return out
+
+
+def capital(cat: Catalog, res: OptimizeResult) -> dict:
+    total, missing = 0.0, set()
+    for s in res.servers:
+        p, miss = server_price(cat, s)
+        if p is None:
+            missing.update(miss)
+        else:
+            total += p * s.count
+    known = not missing and bool(res.servers)
+    return {"known": known, "total_usd": total if known else None, "missing": sorted(missing),
+            "usd_per_task_per_hour": (total / res.throughput_tasks_per_hour)
+            if known and res.throughput_tasks_per_hour > 0 else None}
+
+
+ELEV = {"upx": 14, "x0": 34, "w": 270, "top": 28, "label_chars": 46}
+"""Rack elevation drawing geometry (pixels per U, left margin, rack width, top margin, label length)."""
+
+
+def elevation(cat: Catalog, res: OptimizeResult, rack: Rack, racks: int) -> list[dict]:
+    g = ELEV
+    ev = res.evaluation
+    out = []
+    for r in range(racks):
+        items, pos = [], 1  # U numbered from 1 at the bottom
+        servers = sorted((s for s in res.servers if s.rack == r), key=lambda s: (s.gpu is None, -s.space_u_each))
+        for s in servers:
+            short, full = _server_label(cat, s)
+            role = "gpu" if s.gpu else "cpu"
+            for _ in range(s.count):
+                items.append({"u": pos, "h": s.space_u_each, "role": role, "label": _truncate(short, g["label_chars"]),
+                              "title": full})
+                pos += s.space_u_each
+        used_top = pos - 1
+        if rack.reserved_u:
+            items.append({"u": rack.height_u - rack.reserved_u + 1, "h": rack.reserved_u, "role": "reserved",
+                          "label": f"reserved: switches, patch panels, PDUs ({rack.reserved_u} U)",
+                          "title": f"reserved {rack.reserved_u} U, {rack.reserved_power_w:,.0f} W (rack profile)"})
+        for it in items:
+            it["y"] = g["top"] + (rack.height_u - (it["u"] + it["h"] - 1)) * g["upx"]
+            it["px"] = it["h"] * g["upx"] - 1
+        usage = next((u for u in ev.racks if u.rack == r), None) if ev else None
+        out.append({
+            "rack": r, "height_u": rack.height_u, "items": items, "overflow": used_top > rack.usable_u,
+            "free_u": max(0, rack.usable_u - used_top),
+            "usage": usage.model_dump() if usage else None,
+            "width": g["x0"] + g["w"] + 12, "height": g["top"] + rack.height_u * g["upx"] + 74,
+            "geom": g, "u_labels": [{"u": u, "y": g["top"] + (rack.height_u - u) * g["upx"] + g["upx"] - 4}
+                                    for u in range(1, rack.height_u + 1)],
+        })
+    return out
+
+
+def _scale_tools(w: Workload, f: float) -> Workload:
+    classes = [c.model_copy(update={"stages": [s.model_copy(update={"core_seconds": s.core_seconds * f})
+                                               if isinstance(s, CpuStage) else s for s in c.stages]})
+               for c in w.classes]
+    return w.model_copy(update={"classes": classes})
+
+
+def _tool_share(ev: Evaluation | None) -> float | None:
+    if ev is None:
+        return None
+    return ev.resource_shares.get("cpu", 0.0) + ev.resource_shares.get("cpu_wait", 0.0)
+
+
+def sweep(kind: Literal["power", "tools"], factors: list[float], w: Workload, rack: Rack, cat: Catalog,
+          base: list[OptimizeResult], kw: dict) -> dict:
+    points = []
+    for f in factors:
+        if abs(f - 1.0) < 1e-12:
+            results = base
+        else:
+            if kind == "power":
+                w2, r2 = w, rack.model_copy(update={"power_kw": rack.power_kw * f})
+            else:
+                w2, r2 = _scale_tools(w, f), rack
+            results = [optimize(w2, r2, cat, layout=lay, explain=False, **kw) for lay in LAYOUTS]
+        best = _best(results)
+        share = _tool_share(best.evaluation)
+        if kind == "power":
+            x, tick = rack.power_kw * f, f"{rack.power_kw * f:,.0f} kW\n({f:g}x)"
+        else:
+            x, tick = f, f"{f:g}x" + (f"\n({share:.0%} tools)" if share is not None else "")
+        points.append({
+            "factor": f, "x": x, "tick": tick,
+            "throughput": {r.layout: r.throughput_tasks_per_hour for r in results},
+            "status": {r.layout: r.status for r in results},
+            "best": best.layout if best.throughput_tasks_per_hour > 0 else None, "tool_share": share,
+        })
+    changes = []
+    for p, q in zip(points, points[1:]):
+        if p["best"] != q["best"] and p["best"] and q["best"]:
+            mid = math.sqrt(p["x"] * q["x"]) if kind == "tools" else (p["x"] + q["x"]) / 2
+            changes.append({"after": p["factor"], "before": q["factor"], "x_mid": mid,
+                            "from": p["best"], "to": q["best"]})
+    return {"kind": kind, "points": points, "changes": changes}
+
+
+def _most_used(res: OptimizeResult, cat: Catalog, kind: str) -> str | None:
+    units: dict[str, int] = {}
+    for s in res.servers:
+        if kind == "gpu" and s.gpu:
+            units[s.gpu] = units.get(s.gpu, 0) + s.count * s.gpus_per_server
+        elif kind == "cpu":
+            units[s.cpu] = units.get(s.cpu, 0) + s.count * cat.chassis[s.chassis].cpu_sockets
+    return max(units, key=units.get) if units else None
+
+
+def chip_pair(cmp: LayoutComparison, chosen: OptimizeResult, w: Workload, rack: Rack, cat: Catalog,
+              gpu_ids: list[str] | None) -> tuple[str, str, str] | None:
+    """The two SKUs whose chip-level vs rack-level ratio best explains the answer: layout A's CPU against the chosen
+    layout's, else their GPUs, else the chosen GPU against the next faster (per chip) GPU a rack like this can hold."""
+    a = cmp.results[0]
+    for kind in ("cpu", "gpu"):
+        x, y = _most_used(a, cat, kind), _most_used(chosen, cat, kind)
+        if x and y and x != y:
+            return kind, x, y
+    g0 = _most_used(chosen, cat, "gpu")
+    if not g0:
+        return None
+    per_chip = {}
+    for g in cat.gpus:
+        if gpu_ids and g.id not in gpu_ids:
+            continue
+        if not any(ch.accepts_gpu(g) and (ch.cooling == "air" or rack.liquid_cooling_kw > 0) for ch in cat.chassis):
+            continue
+        try:
+            per_chip[g.id] = gpu_serving(w, g).tasks_per_s_per_gpu()
+        except (ValueError, ZeroDivisionError):
+            continue
+    if g0 not in per_chip:
+        return None
+    faster = sorted((v, k) for k, v in per_chip.items() if k != g0 and v > per_chip[g0])
+    slower = sorted(((v, k) for k, v in per_chip.items() if k != g0 and v <= per_chip[g0]), reverse=True)
+    other = (faster or slower or [(None, None)])[0][1]
+    return ("gpu", g0, other) if other else None
+
+
+def layout_story(cmp: LayoutComparison, cat: Catalog) -> list[str]:
+    """Sentences built from the three layout results: where each puts its power and what stops it."""
+    lines = []
+    for r in cmp.results:
+        if r.throughput_tasks_per_hour <= 0:
+            lines.append(f"{LAYOUT_NAMES[r.layout]} delivers no throughput: {r.message}")
+            continue
+        gpu_w = sum(s.power_w_each * s.count for s in r.servers if s.gpu)
+        cpu_w = sum(s.power_w_each * s.count for s in r.servers if not s.gpu)
+        tot = gpu_w + cpu_w
+        lines.append(
+            f"{LAYOUT_NAMES[r.layout]}: {_gpus(r)} GPUs, "
+            + (f"{r.cores_per_gpu:.1f} host cores per GPU, " if r.cores_per_gpu is not None else "")
+            + f"{gpu_w / tot:.0%} of server power in GPU servers and {cpu_w / tot:.0%} in CPU nodes; "
+            f"{r.throughput_tasks_per_hour:,.0f} tasks/h, bottleneck {r.bottleneck}, GPU capacity idle "
+            f"{r.gpu_idle_fraction:.0%}; binding: {', '.join(r.binding_constraints) or 'none'}.")
+    a = cmp.results[0]
+    best = next(r for r in cmp.results if r.layout == cmp.best_layout)
+    if best.layout != "a" and a.throughput_tasks_per_hour > 0 and best.throughput_tasks_per_hour > 0:
+        lines.append(
+            f"Per chip, layout A's GPUs are no slower; per rack, {LAYOUT_NAMES[best.layout]} finishes "
+            f"{best.throughput_tasks_per_hour / a.throughput_tasks_per_hour:.2f}x the tasks because the same power, "
+            "cooling and space buy the CPU cores the tool stages need instead of GPUs that would wait on them.")
+    return lines
+
+
+def _calls_per_task(w: Workload, classes: list[str]) -> float:
+    return sum(c.share * s.count for c in w.classes if c.name in classes for s in c.stages
+               if isinstance(s, CpuStage))
+
+
+def operations(res: OptimizeResult, w: Workload, assumptions: ModelAssumptions, headroom: float) -> dict:
+    """Metrics to watch with thresholds from the model's operating point: alert at value + headroom x (limit - value)."""
+    ev = res.evaluation
+    if ev is None:
+        return {"metrics": [], "alerts": {}}
+    q_tail = assumptions.tail_quantile
+    tail_label = f"p{q_tail * 100:g}"
+    lam = ev.arrival_rate_tasks_per_hour / 3600.0
+
+    def alert(u: float) -> float:
+        return u + headroom * (1.0 - u) if math.isfinite(u) else u
+
+    metrics, alerts = [], {}
+    for k, u in ev.utilization.items():
+        alerts[k] = alert(min(u, 1.0)) if math.isfinite(u) else 1.0
+    for q in ev.queues:
+        key = f"cpu:{q.name}"
+        u = ev.utilization.get(key)
+        if u is None or q.servers <= 0 or q.cores <= 0:
+            continue
+        lam_c = lam * _calls_per_task(w, q.classes)
+        u_alert = alerts[key]
+        lam_alert = lam_c * (u_alert / u) if u > 0 else 0.0
+        wait_op = mmc_wait_quantile(q.servers, lam_c, q.mean_call_s, q_tail)
+        wait_alert = mmc_wait_quantile(q.servers, lam_alert, q.mean_call_s, q_tail)
+        lq_op = lam_c * mmc_mean_wait(q.servers, lam_c, q.mean_call_s)
+        lq_alert = lam_alert * mmc_mean_wait(q.servers, lam_alert, q.mean_call_s)
+        depth_op = (u * q.cores + lq_op * q.mean_parallelism) / q.cores
+        depth_alert = (u_alert * q.cores + lq_alert * q.mean_parallelism) / q.cores
+        metrics += [
+            {"metric": f"CPU run-queue depth per core, queue {q.name}", "scope": f"hosts serving {', '.join(q.classes)}",
+             "expected": fmt(depth_op, ".2f"), "alert": f"> {fmt(depth_alert, '.2f')}",
+             "basis": f"busy cores {u:.0%} of {q.cores:,.0f} plus waiting calls x {q.mean_parallelism:.2f} cores "
+                      f"(M/M/{q.servers}); alert at {u_alert:.0%} load"},
+            {"metric": f"Tool-call wait for a core, {tail_label}, queue {q.name}", "scope": "scheduler / sandbox pool",
+             "expected": fmt(wait_op, ",.2f", "s"), "alert": f"> {fmt(wait_alert, ',.2f', 's')}",
+             "basis": f"models.queueing.mmc_wait_quantile(c={q.servers}, λ={lam_c:.3f}/s, "
+                      f"call {q.mean_call_s:.2f} s) at {u:.0%} and at {u_alert:.0%} load"},
+            {"metric": f"Sandbox start time, {tail_label}, queue {q.name}", "scope": "sandbox runtime",
+             "expected": "pilot baseline", "alert": f"> baseline + {fmt(wait_alert, ',.2f', 's')}",
+             "basis": "the model has no sandbox start cost; a start waits for a core like a tool call, so alert "
+                      "when it grows by more than the core wait at alert load"},
+            {"metric": f"I/O wait share of core time, queue {q.name}", "scope": "tool hosts",
+             "expected": "≈ 0 (tools modelled CPU-bound)", "alert": f"> {headroom * (1 - u):.0%}",
+             "basis": f"I/O wait eats the {1 - u:.0%} headroom the queue has at {u:.0%} utilization; "
+                      f"alert when it takes {headroom:.0%} of it"},
+            {"metric": f"CPU utilization, queue {q.name}", "scope": "tool hosts", "expected": f"{u:.0%}",
+             "alert": f"> {u_alert:.0%}", "basis": "pipeline model at the operating point"},
+        ]
+    split = gpu_time_split(ev)
+    if split:
+        u = ev.utilization["gpu"]
+        idle_cpu = split["operating_point"]["idle_on_cpu"]
+        metrics += [
+            {"metric": "GPU utilization (serving capacity in use)", "scope": "GPU servers", "expected": f"{u:.0%}",
+             "alert": f"> {alerts['gpu']:.0%}, or below {u:.0%} while arrivals are at plan",
+             "basis": f"pipeline model at the operating point ({ev.operating_point})"},
+            {"metric": "GPU idle waiting on CPU tools (share of capacity)", "scope": "GPU servers",
+             "expected": f"{idle_cpu:.0%}", "alert": f"> {alert(idle_cpu):.0%}",
+             "basis": "idle capacity split by CPU service time vs delay time per task"},
+        ]
+    if ev.p95_task_seconds is not None:
+        target = w.slo.p95_task_seconds if w.slo and w.slo.p95_task_seconds else None
+        metrics.append({"metric": f"Task completion time, {tail_label}", "scope": "agent orchestrator",
+                        "expected": fmt(ev.p95_task_seconds, ",.0f", "s"),
+                        "alert": f"> {fmt(target, ',.0f', 's')} (SLO)" if target else
+                        f"> {fmt(ev.p99_task_seconds, ',.0f', 's')} (model p99)",
+                        "basis": "lognormal mixture fit of per-class task-time mean and variance"})
+    return {"metrics": metrics, "alerts": alerts}
+
+
+def risks(res: OptimizeResult, cmp: LayoutComparison, sweeps: dict, sources: list[dict], w: Workload) -> list[str]:
+    out = []
+    ev = res.evaluation
+    if res.status not in ("optimal",):
+        out.append(f"Solver status {res.status}" + (f" (gap {res.gap:.2%})" if res.gap else "")
+                   + ": a better configuration may exist; re-run with a longer time limit.")
+    if ev is not None:
+        if ev.bottleneck_kind in ("cpu", "slo", "memory"):
+            out.append(f"The bottleneck is {ev.bottleneck}: throughput scales with the tool work per task; if tools "
+                       "are heavier than the workload file says, throughput falls in proportion (see the tool-time "
+                       "sweep).")
+        elif ev.bottleneck_kind in ("gpu", "orchestration"):
+            out.append(f"The bottleneck is {ev.bottleneck}: serving rates (tokens per call, batching) decide the "
+                       "throughput; verify them in the pilot.")
+        for sku, s in ev.serving.items():
+            if not s.get("calibrated"):
+                out.append(f"GPU {sku}: serving rate is a roofline estimate ({s.get('basis')}), not a measurement.")
+        if ev.slo_met is False:
+            out.append("The p95 task-time target is missed at the operating point.")
+        out += [f"Model warning: {x}" for x in ev.warnings]
+    budgets = [g for g in res.binding_constraints if g in BUDGET_GROUPS]
+    if budgets:
+        out.append(f"Binding budgets: {', '.join(budgets)}; a lower real budget (derating, a hot aisle) removes "
+                   "servers first (see the power sweep).")
+    for sw in sweeps.values():
+        for ch in sw["changes"]:
+            what = "rack power" if sw["kind"] == "power" else "tool work per task"
+            out.append(f"The best layout changes from {ch['from']} to {ch['to']} when {what} moves from "
+                       f"{ch['after']:g}x to {ch['before']:g}x of the plan.")
+    assumed = [s["id"] for s in sources if s["source"].lower().startswith("assumption")]
+    if assumed:
+        out.append(f"Figures marked as assumptions in the catalog: {', '.join(assumed)}.")
+    out += [f"Optimizer warning: {x}" for x in res.warnings]
+    return out
+
+
+def _scaled_config(res: OptimizeResult, counts: list[int]) -> Configuration:
+    cfg = Configuration.model_validate(res.configuration)
+    servers = [g.model_copy(update={"count": n, "rack": 0}) for g, n in zip(cfg.servers, counts) if n > 0]
+    return cfg.model_copy(update={"servers": servers, "racks": 1})
+
+
+def pilot_plan(res: OptimizeResult, w: Workload, rack: Rack, cat: Catalog, racks: int,
+               assumptions: ModelAssumptions) -> list[dict]:
+    """Staged roll-out: one GPU server with its share of CPU nodes, half a rack, one rack, the row; each stage's
+    expected throughput is the pipeline model's figure for exactly that slice."""
+    if not res.configuration or not res.servers:
+        return []
+    cfg = Configuration.model_validate(res.configuration)
+    rack0 = [g.count if g.rack == 0 else 0 for g in cfg.servers]
+    gpu_groups = [i for i, g in enumerate(cfg.servers) if g.gpu and rack0[i]]
+    gpu_servers = sum(rack0[i] for i in gpu_groups)
+    stages = []
+    if gpu_groups and gpu_servers > 1:
+        big = max(gpu_groups, key=lambda i: rack0[i])
+        counts = [1 if i == big else (0 if cfg.servers[i].gpu else max(1, math.ceil(n / gpu_servers)) if n else 0)
+                  for i, n in enumerate(rack0)]
+        stages.append(("1. One GPU server and its share of CPU nodes", counts))
+    half = [math.ceil(n / 2) for n in rack0]
+    if half != rack0:
+        stages.append(("2. Half a rack", half))
+    stages.append(("3. One full rack", rack0))
+    if racks > 1:
+        stages.append((f"4. The row of {racks} racks", [g.count for g in cfg.servers]))
+    out = []
+    for title, counts in stages:
+        item = {"stage": title, "servers": [], "expected_tasks_per_hour": None, "gpu_utilization": None,
+                "bottleneck": None, "note": None}
+        for g, n in zip(cfg.servers, counts):
+            if n:
+                item["servers"].append(f"{n}× {g.chassis} ({g.cpu}" + (f", {g.gpus_per_server}× {g.gpu})" if g.gpu else ")"))
+        try:
+            if title.startswith("4."):
+                ev = res.evaluation
+            else:
+                ev = evaluate(_scaled_config(res, counts), w, rack, cat, assumptions)
+            item.update(expected_tasks_per_hour=ev.throughput_tasks_per_hour, bottleneck=ev.bottleneck,
+                        gpu_utilization=ev.utilization.get("gpu"))
+        except (ValueError, KeyError) as e:
+            item["note"] = f"model cannot evaluate this slice: {e}"
+        out.append(item)
+    return out
+
+
+def sources(cat: Catalog, w: Workload, rack: Rack, results: list[OptimizeResult], extra: dict[str, set[str]]) -> list[dict]:
+    used = {"chassis": set(), "cpu": set(), "gpu": set()}
+    for r in results:
+        for s in r.servers:
+            used["chassis"].add(s.chassis)
+            used["cpu"].add(s.cpu)
+            if s.gpu:
+                used["gpu"].add(s.gpu)
+    for k, v in extra.items():
+        used[k] |= v
+    rows = [
+        {"kind": "workload", "id": w.id, "name": w.name, "source": w.source, "notes": w.notes, "basis": None},
+        {"kind": "served model", "id": w.served_model.id, "name": w.served_model.name,
+         "source": w.served_model.source, "notes": w.served_model.notes, "basis": None},
+    ]
+    for c in w.served_model.calibrations:
+        rows.append({"kind": "calibration", "id": f"{w.served_model.id} on {c.gpu}",
+                     "name": f"prefill {c.prefill_tokens_per_s:,.0f} tok/s, decode {c.decode_tokens_per_s:,.0f} tok/s",
+                     "source": c.source, "notes": None, "basis": None})
+    rows.append({"kind": "rack", "id": rack.id, "name": rack.name, "source": rack.source, "notes": rack.notes,
+                 "basis": None})
+    for kind, table in (("chassis", cat.chassis), ("cpu", cat.cpus), ("gpu", cat.gpus)):
+        for i in sorted(used[kind]):
+            e = table[i]
+            rows.append({"kind": kind, "id": e.id, "name": getattr(e, "name", e.id), "source": e.source,
+                         "notes": e.notes, "basis": getattr(e, "perf_basis", None)})
+    for r in rows:
+        r["source_parts"] = link_parts(r["source"])
+    return rows
+
+
+def field_docs(model: BaseModel) -> list[dict]:
+    return [{"name": n, "value": getattr(model, n) if not isinstance(getattr(model, n), BaseModel) else "(below)",
+             "doc": f.description or ""} for n, f in type(model).model_fields.items()]
+
+
+# ----------------------------------------------------------------------------------------------------------- render
+
+def _env() -> jinja2.Environment:
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(resources.files("templates"))), autoescape=True,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(fmt=fmt, pct=pct)
+    env.globals.update(LAYOUT_NAMES=LAYOUT_NAMES, ROLE_COLORS=ROLE_COLORS, LAYOUT_COLORS=LAYOUT_COLORS)
+    return env
+
+
+def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
+                  settings: OptimizerSettings | None = None) -> tuple[str, dict]:
+    """Optimize, explain and render. Returns (html, data); raises InputError for bad input."""
+    t0 = time.perf_counter()
+    req = request if isinstance(request, ReportRequest) else ReportRequest.model_validate(request)
+    cat = catalog or builtin_catalog()
+    s = settings or OptimizerSettings()
+    w = load_workload(req.workload, cat)
+    rack = load_rack(req.rack, cat)
+    for ids, table in ((req.gpu_ids, cat.gpus), (req.cpu_ids, cat.cpus)):
+        for i in ids or []:
+            try:
+                table[i]
+            except UnknownId as e:
+                raise InputError(str(e)) from None
+    kw = dict(racks=req.racks, backend=req.solver, gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids, settings=s)
+    timing: dict[str, float] = {}
+    try:
+        cmp = compare_layouts(w, rack, cat, time_limit_s=req.time_limit_s, **kw)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    timing["compare_s"] = time.perf_counter() - t0
+    chosen_layout = req.layout or cmp.best_layout
+    res = next(r for r in cmp.results if r.layout == chosen_layout)
+    ev = res.evaluation
+    a = cmp.results[0]
+
+    t1 = time.perf_counter()
+    sweeps: dict[str, dict] = {}
+    if req.sensitivity:
+        skw = dict(kw, time_limit_s=min(req.sweep_time_limit_s, req.time_limit_s))
+        sweeps["power"] = sweep("power", req.power_factors, w, rack, cat, cmp.results, skw)
+        sweeps["tools"] = sweep("tools", req.tool_factors, w, rack, cat, cmp.results, skw)
+    timing["sweeps_s"] = time.perf_counter() - t1
+
+    t1 = time.perf_counter()
+    cvr: ChipVsRack | None = None
+    cvr_error = None
+    pair = chip_pair(cmp, res, w, rack, cat, req.gpu_ids) if res.servers else None
+    if pair:
+        try:
+            cvr = chip_vs_rack(pair[0], pair[1], pair[2], w, rack, cat, layout=chosen_layout, racks=req.racks,
+                               backend=req.solver, time_limit_s=min(req.sweep_time_limit_s, req.time_limit_s),
+                               settings=s)
+        except (ValueError, KeyError, ZeroDivisionError, InputError) as e:
+            cvr_error = str(e)
+    timing["chip_vs_rack_s"] = time.perf_counter() - t1
+
+    extra = {"chassis": set(), "cpu": set(), "gpu": set()}
+    if cvr:
+        extra[cvr.kind] |= {cvr.a.sku, cvr.b.sku}
+    src = sources(cat, w, rack, cmp.results, extra)
+    ops = operations(res, w, s.assumptions, req.alert_headroom)
+    cap = capital(cat, res)
+    ratio = cmp.ratio_vs_a.get(chosen_layout)
+    split = gpu_time_split(ev) if ev else None
+
+    charts: dict[str, Markup | None] = {k: None for k in ("stage_shares", "gpu_time", "utilization", "layouts",
+                                                            "sens_power", "sens_tools")}
+    t1 = time.perf_counter()
+    if ev is not None:
+        charts["stage_shares"] = chart_stage_shares(ev)
+        if split:
+            charts["gpu_time"] = chart_gpu_time(split, ev.operating_point)
+        if ev.utilization:
+            charts["utilization"] = chart_utilization(ev, ops["alerts"])
+    charts["layouts"] = chart_layouts(cmp.results, cmp.ratio_vs_a)
+    if "power" in sweeps:
+        charts["sens_power"] = chart_sweep(sweeps["power"], "chart-sens-power", "rack power budget (kW per rack)",
+                                           False, rack.power_kw)
+        charts["sens_tools"] = chart_sweep(sweeps["tools"], "chart-sens-tools",
+                                           "tool work per task (CPU core_seconds x factor; share of task time)",
+                                           True, 1.0)
+    timing["charts_s"] = time.perf_counter() - t1
+
+    glance = {
+        "layout": chosen_layout, "layout_name": LAYOUT_NAMES[chosen_layout],
+        "why_chosen": "requested" if req.layout else "most tasks per hour of A, B and hybrid (ties: less power)",
+        "status": res.status, "message": res.message,
+        "tasks_per_hour": res.throughput_tasks_per_hour, "ratio_vs_a": ratio,
+        "a_tasks_per_hour": a.throughput_tasks_per_hour,
+        "kwh_per_1000_tasks": _per_1000(res.power_w, res.throughput_tasks_per_hour),
+        "a_kwh_per_1000_tasks": _per_1000(a.power_w, a.throughput_tasks_per_hour),
+        "power_w": res.power_w, "power_budget_w": rack.power_kw * 1000 * req.racks,
+        "space_u": res.space_u, "space_budget_u": rack.height_u * req.racks,
+        "gpus": _gpus(res), "cores": ev.cores if ev else None, "bottleneck": res.bottleneck,
+        "binding": [g for g in res.binding_constraints if g in BUDGET_GROUPS],
+        "p50_s": ev.p50_task_seconds if ev else None, "p95_s": ev.p95_task_seconds if ev else None,
+        "operating_point": ev.operating_point if ev else None,
+        "arrival_tasks_per_hour": ev.arrival_rate_tasks_per_hour if ev else None,
+        "capital": cap, "infeasibility": [i.model_dump() for i in res.infeasibility],
+    }
+    ctx = {
+        "title": f"Rack recommendation: {w.name} in {rack.name}",
+        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "req": req, "workload": w, "rack": rack, "cmp": cmp, "res": res, "ev": ev, "glance": glance,
+        "bom": bill_of_materials(cat, res, rack, req.racks), "elevation": elevation(cat, res, rack, req.racks),
+        "split": split, "charts": charts, "sweeps": sweeps, "cvr": cvr, "cvr_error": cvr_error,
+        "story": layout_story(cmp, cat), "ops": ops, "risks": risks(res, cmp, sweeps, src, w),
+        "pilot": pilot_plan(res, w, rack, cat, req.racks, s.assumptions), "sources": src,
+        "assumptions": field_docs(s.assumptions), "optimizer_settings": field_docs(s),
+        "report_settings": [{"name": n, "value": getattr(req, n), "doc": f.description or ""}
+                            for n, f in ReportRequest.model_fields.items()
+                            if n in ("power_factors", "tool_factors", "sweep_time_limit_s", "alert_headroom")],
+        "constraints": [c for c in res.constraints if c.group in BUDGET_GROUPS],
+        "bounds": sorted(ev.bounds, key=lambda b: b.tasks_per_hour) if ev else [],
+        "per_1000": {r.layout: _per_1000(r.power_w, r.throughput_tasks_per_hour) for r in cmp.results},
+        "gpus_of": {r.layout: _gpus(r) for r in cmp.results},
+        "sections": SECTIONS,
+    }
+    html = _env().get_template("report.html.j2").render(**ctx)
+    timing["total_s"] = time.perf_counter() - t0
+    data = _finite({
+        "request": req.model_dump(mode="json"),
+        "generated": ctx["generated"],
+        "glance": glance,
+        "bill_of_materials": ctx["bom"],
+        "time": {"stage_shares": ev.stage_shares if ev else {}, "resource_shares": ev.resource_shares if ev else {},
+                 "gpu_time": split, "utilization": ev.utilization if ev else {}},
+        "comparison": cmp.model_dump(mode="json", exclude={"results": {"__all__": {"evaluation"}}}),
+        "chosen": res.model_dump(mode="json"),
+        "chip_vs_rack": cvr.model_dump(mode="json") if cvr else None,
+        "layout_story": ctx["story"],
+        "sensitivity": sweeps,
+        "operations": {"metrics": ops["metrics"], "risks": ctx["risks"], "pilot": ctx["pilot"]},
+        "sources": [{k: v for k, v in r.items() if k != "source_parts"} for r in src],
+        "assumptions": {"model": s.assumptions.model_dump(mode="json"),
+                        "optimizer": s.model_dump(mode="json", exclude={"assumptions"})},
+        "timing": timing,
+    })
+    return html, data
