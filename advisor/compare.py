@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from advisor.optimize import OptimizeResult, optimize
+from advisor.settings import OptimizerSettings
 from models.base import Frozen
 from models.catalog import Catalog
 from models.hardware import Rack
@@ -65,7 +66,8 @@ def chip_vs_rack(kind: Literal["cpu", "gpu"], sku_a: str, sku_b: str, workload: 
     for sku in (sku_a, sku_b):
         if kind == "gpu":
             g = catalog.gpus[sku]
-            per_chip = gpu_serving(workload, g).tasks_per_s_per_gpu() * 3600.0
+            per_chip = gpu_serving(workload, g, kw.get("settings", OptimizerSettings()).assumptions
+                                   .tensor_parallel_domain_gpus).tasks_per_s_per_gpu() * 3600.0
             res = optimize(workload, rack, catalog, layout=layout, gpu_ids=[sku], explain=False, **kw)
             units = sum(s.count * s.gpus_per_server for s in res.servers)
             metric = "serving tasks/h per GPU (model calibration or roofline)"

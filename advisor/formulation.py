@@ -139,16 +139,27 @@ def add_capital(m: LinearModel, p: Problem, n) -> None:
           p.capital_budget_usd)
 
 
+def _knapsack_bound(p: Problem, benefit) -> float:
+    """Largest total benefit one rack can hold, relaxed to a fractional knapsack on power and on space alone
+    (each is a valid bound; their minimum is too)."""
+    opts = [o for o in p.options if benefit(o) > 0]
+    if not opts:
+        return 0.0
+    by_power = p.rack.usable_power_w * max(benefit(o) / o.profile.power_w for o in opts)
+    by_space = p.rack.usable_u * max(benefit(o) / o.profile.space_u for o in opts)
+    return min(by_power, by_space)
+
+
 def throughput_upper_bound(p: Problem) -> float:
-    """A valid upper bound on X (tasks/h) for big-M constants: every rack filled with the best option."""
+    """A valid upper bound on X (tasks/h) for big-M constants: the rack's GPU (or tool) capacity if servers could be
+    bought in fractions, times the racks."""
     has_llm = any(isinstance(s, GpuStage) for c in p.workload.classes for s in c.stages)
     if has_llm:
-        per_rack = max((per_rack_count_bound(o, p.rack) * (o.profile.gpu_tasks_per_s if o.flexible_orchestration
-                        else o.profile.serving_tasks_per_s) for o in p.options), default=0)
+        per_rack = _knapsack_bound(p, lambda o: o.profile.gpu_tasks_per_s if o.flexible_orchestration
+                                   else o.profile.serving_tasks_per_s)
         return max(1.0, per_rack * p.racks * HOUR_S * 1.01)
     work, *_ = _queue_coeffs(p)
-    tool = max((per_rack_count_bound(o, p.rack) * o.profile.tool_cores * o.profile.per_core_perf for o in p.options),
-               default=0)
+    tool = _knapsack_bound(p, lambda o: o.profile.tool_cores * o.profile.per_core_perf)
     wmin = min((w for w in work if w > 0), default=1.0)
     return max(1.0, tool * p.racks / wmin * HOUR_S * 1.01)
 
@@ -223,7 +234,7 @@ def build(p: Problem, memory: bool = True) -> Built:
             for g in gpu_ids:
                 m.add(safe_name(f"gpu_flow_{g}"), "sku_choice", {xg[g]: 1.0, w_[g]: -x_ub}, "<=", 0.0)
                 for (_, i), v in n.items():
-                    if p.options[i].gpu_id == g:
+                    if p.options[i].serving_key == g:
                         m.add(f"gpu_sku_n_{v}", "sku_choice", {v: 1.0, w_[g]: -m.vars[v].ub}, "<=", 0.0)
         for qi, qname in enumerate(p.queue_names):
             if not (mem_d[qi] > 0 or any(mem_g[qi].values()) or any(mem_s[qi].values())):

@@ -17,7 +17,8 @@ from models.catalog import Catalog
 from models.config import Configuration, Queue, ServerGroup
 from models.hardware import Rack
 from models.pipeline import Evaluation, evaluate
-from models.workload import CpuStage, Workload
+from models.performance import cpu_call_seconds, stage_gpu_latency_s
+from models.workload import CpuStage, DelayStage, GpuStage, Workload
 
 Objective = Literal["max_throughput", "min_cost", "min_power"]
 MIN_USEFUL_TASKS_PER_HOUR = 1.0
@@ -100,8 +101,9 @@ class OptimizeResult(Frozen):
     warnings: list[str] = Field(default_factory=list)
 
 
-def partitions(workload: Workload, layout: Layout) -> list[list[list[str]]]:
-    """Queue partitions to try: A and B share one queue; hybrid also tries isolated and tool-heavy/inference-heavy."""
+def partitions(workload: Workload, layout: Layout, servings: dict | None = None) -> list[list[list[str]]]:
+    """Queue partitions to try: A and B share one queue; hybrid also tries isolated and tool-heavy/inference-heavy
+    (classes whose unloaded time is mostly tool CPU against the rest)."""
     need = [c for c in workload.classes if c.sandbox_memory_gb > 0 or any(isinstance(s, CpuStage) for s in c.stages)]
     names = [c.name for c in need]
     if not names:
@@ -110,9 +112,13 @@ def partitions(workload: Workload, layout: Layout) -> list[list[list[str]]]:
     if layout == "hybrid" and len(names) > 1:
         out.append([[n] for n in names])
         if len(names) > 2:
+            serving = next(iter(servings.values())) if servings else None
+
             def tool_share(c) -> float:
-                cpu = sum(s.count * s.core_seconds for s in c.stages if isinstance(s, CpuStage))
-                tot = cpu + sum(s.count * getattr(s, "seconds", 0.0) for s in c.stages)
+                cpu = sum(s.count * cpu_call_seconds(s, 1.0) for s in c.stages if isinstance(s, CpuStage))
+                gpu = sum(s.count * stage_gpu_latency_s(s, workload.served_model, serving)
+                          for s in c.stages if isinstance(s, GpuStage)) if serving else 0.0
+                tot = cpu + gpu + sum(s.count * s.seconds for s in c.stages if isinstance(s, DelayStage))
                 return cpu / tot if tot else 0.0
             heavy = [c.name for c in need if tool_share(c) >= 0.5]
             light = [c.name for c in need if tool_share(c) < 0.5]
@@ -323,7 +329,8 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
             sol = solve(m, backend, clock.left(), s.mip_gap)
             if sol.has_solution:
                 gain = sol.values[b.x] - x_best
-                takes = (f"+10% {g} ({cons[0].rhs * 0.1 / scale:,.1f} {label_unit} per rack) gives "
+                takes = (f"+10% {g} ({cons[0].rhs * 0.1 / scale:,.1f} {label_unit}"
+                         f"{' per rack' if g != 'capital' else ''}) gives "
                          f"{gain:+,.0f} tasks/h ({gain / x_best:+.1%})")
         prices.append(ShadowPrice(group=g, tasks_per_hour_per_unit=dual * scale, unit=label_unit, what_it_takes=takes))
     return prices
@@ -365,7 +372,7 @@ def optimize(
     capacity_options = options if (capital_budget_usd is not None or objective != "max_throughput") else \
         prune_dominated(options, capacity_only=True)
     best = None
-    for pi, part in enumerate(partitions(workload, layout)):
+    for pi, part in enumerate(partitions(workload, layout, servings)):
         if pi > 0 and best is not None and not best[5]:
             break  # without memory or tail limits in play one shared queue is never worse than split ones
         p = Problem(workload, rack, racks, capacity_options, servings, part, capital_budget_usd,
@@ -396,15 +403,13 @@ def optimize(
                 break
             p.utilization_caps = caps
         else:
-            notes = notes + ["the tail-wait iteration stopped at its limit; the answer meets the SLO but may not be "
-                             "the best that does"]
+            notes = notes + ["the tail-wait iteration stopped at its limit: the reported throughput is the "
+                             "evaluator's, which meets the tool-wait target; a better answer may exist"]
         key = (sol.values.get(b.x, -1.0) if sol.has_solution else -1.0,
                -sum(power_terms(b, p).get(k, 0) * v for k, v in sol.values.items()) if sol.has_solution else 0)
         coupled = memory or bool(p.utilization_caps)
         if best is None or key > best[0]:
             best = (key, p, b, sol, notes, coupled)
-        elif pi == 0:
-            best = (*best[:5], coupled)
     _, p, b, sol, notes, _ = best
     notes = warnings_pre + notes
     return _result(p, b, sol, notes, layout, backend, s, clock, t0, explain)

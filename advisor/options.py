@@ -7,7 +7,7 @@ from typing import Literal
 
 from models.catalog import Catalog
 from models.hardware import Rack
-from models.performance import GpuServing, gpu_serving
+from models.performance import GpuServing, gpu_serving, serving_key, tp_cap
 from models.server import ServerProfile, server_profile
 from models.workload import Workload
 
@@ -31,6 +31,10 @@ class ServerOption:
         return self.profile.gpu.id if self.profile.gpu else None
 
     @property
+    def serving_key(self) -> str | None:
+        return self.profile.serving_key
+
+    @property
     def cpu_id(self) -> str:
         return self.profile.cpu.id
 
@@ -47,7 +51,7 @@ def _fits_empty_rack(p: ServerProfile, rack: Rack) -> bool:
 def _dominates(a: ServerOption, b: ServerOption) -> bool:
     """a is at least as good as b in every benefit and no worse in every cost (same GPU and CPU SKU)."""
     pa, pb = a.profile, b.profile
-    if a.gpu_id != b.gpu_id or a.cpu_id != b.cpu_id:
+    if a.serving_key != b.serving_key or a.cpu_id != b.cpu_id:
         return False
     price_ok = (pa.price_usd or 0.0) <= (pb.price_usd or 0.0) and (pa.price_usd is None) == (pb.price_usd is None)
     if a.flexible_orchestration != b.flexible_orchestration:
@@ -55,8 +59,8 @@ def _dominates(a: ServerOption, b: ServerOption) -> bool:
     if a.flexible_orchestration:
         serving_ok = (pa.gpu_tasks_per_s >= pb.gpu_tasks_per_s
                       and pa.orchestration_tasks_per_core_s >= pb.orchestration_tasks_per_core_s)
-    else:
-        serving_ok = pa.serving_tasks_per_s >= pb.serving_tasks_per_s
+    else:  # GPU-first ranks raw GPU capacity first, so keep what it would pick
+        serving_ok = pa.serving_tasks_per_s >= pb.serving_tasks_per_s and pa.gpu_tasks_per_s >= pb.gpu_tasks_per_s
     return (
         serving_ok
         and pa.tool_cores >= pb.tool_cores
@@ -81,7 +85,7 @@ def _dominates_capacity(a: ServerOption, b: ServerOption) -> bool:
                    and pa.cores * pa.per_core_perf >= pb.cores * pb.per_core_perf
                    and (pa.gpus == 0) == (pb.gpus == 0))
     else:
-        benefit = (pa.serving_tasks_per_s >= pb.serving_tasks_per_s
+        benefit = (pa.serving_tasks_per_s >= pb.serving_tasks_per_s and pa.gpu_tasks_per_s >= pb.gpu_tasks_per_s
                    and pa.tool_cores * pa.per_core_perf >= pb.tool_cores * pb.per_core_perf)
     return (benefit and pa.power_w <= pb.power_w and pa.air_heat_w <= pb.air_heat_w
             and pa.liquid_heat_w <= pb.liquid_heat_w and pa.space_u <= pb.space_u)
@@ -128,7 +132,7 @@ def enumerate_options(
             cpus = [catalog.cpus[ch.default_cpu]]
         else:
             cpus = [c for c in sorted(catalog.cpus, key=lambda c: c.id) if ch.accepts_cpu(c)]
-        if cpu_ids is not None and layout != "a":
+        if cpu_ids is not None:
             cpus = [c for c in cpus if c.id in cpu_ids]
         gpus = [g for g in sorted(catalog.gpus, key=lambda g: g.id) if ch.accepts_gpu(g)] if ch.role == "gpu" else [None]
         if gpu_ids is not None and ch.role == "gpu":
@@ -136,17 +140,22 @@ def enumerate_options(
         for cpu in cpus:
             for gpu in gpus:
                 counts = ch.gpu_counts if gpu is not None else [0]
-                if gpu is not None and gpu.id not in servings:
-                    servings[gpu.id] = gpu_serving(workload, gpu, tp_domain_gpus)
-                serving = servings.get(gpu.id) if gpu is not None else None
-                if serving is not None and not serving.fits:
-                    continue
                 for n in counts:
+                    skey = None
+                    serving = None
+                    if gpu is not None:
+                        cap = tp_cap(n, ch.scale_up_domain_gpus, tp_domain_gpus)
+                        skey = serving_key(gpu.id, cap)
+                        if skey not in servings:
+                            servings[skey] = gpu_serving(workload, gpu, cap)
+                        serving = servings[skey]
+                        if not serving.fits:
+                            continue
                     fixed = gpu is not None and layout == "a"
                     oc = layout_a_orchestration if fixed else 0.0
                     if oc * n > ch.cpu_sockets * cpu.cores:
                         continue
-                    p = server_profile(ch, cpu, gpu, n, oc, workload, serving, os_reserved_memory_gb)
+                    p = server_profile(ch, cpu, gpu, n, oc, workload, serving, os_reserved_memory_gb, skey)
                     if not _fits_empty_rack(p, rack):
                         continue
                     key = f"{ch.id}|{cpu.id}|{gpu.id if gpu else '-'}|{n}"

@@ -16,7 +16,9 @@ def print_evaluation(ev: Evaluation, console: Console) -> None:
     console.print(f"[bold]{ev.configuration}[/bold]  workload [cyan]{ev.workload}[/cyan]  rack [cyan]{ev.rack_profile}[/cyan]")
     head = Table(show_header=False, box=None)
     head.add_row("Sustainable throughput", f"[bold]{_num(ev.throughput_tasks_per_hour)}[/bold] tasks/h")
-    head.add_row("Bottleneck", f"{ev.bottleneck} ({ev.bottleneck_kind})")
+    nxt = (f"; relieving it gains up to {ev.relief_gain:.0%} before {ev.next_bottleneck} binds"
+           if ev.next_bottleneck and ev.relief_gain is not None else "")
+    head.add_row("Bottleneck", f"{ev.bottleneck} ({ev.bottleneck_kind}), heaviest stage {ev.bottleneck_stage}{nxt}")
     head.add_row("GPU idle at that throughput", f"{ev.gpu_idle_fraction:.1%} (waiting on CPU stages: {ev.gpu_idle_on_cpu_fraction:.1%})")
     head.add_row("Operating point", f"{ev.operating_point}: {_num(ev.arrival_rate_tasks_per_hour)} tasks/h")
     head.add_row("Task time p50 / p95 / p99",
@@ -26,7 +28,7 @@ def print_evaluation(ev: Evaluation, console: Console) -> None:
         head.add_row("p95 SLO", "met" if ev.slo_met else "[red]missed[/red]")
     if ev.closed_loop:
         cl = ev.closed_loop
-        head.add_row("Closed loop (exact MVA)", f"{cl.agents:,} agents: {cl.throughput_tasks_per_hour:,.0f} tasks/h, "
+        head.add_row("Closed loop (exact product form)", f"{cl.agents:,} agents: {cl.throughput_tasks_per_hour:,.0f} tasks/h, "
                      f"mean task {cl.mean_task_seconds:,.1f} s")
     head.add_row("Power / air / liquid", f"{ev.power_w / 1000:,.1f} kW / {ev.air_heat_w / 1000:,.1f} kW / {ev.liquid_heat_w / 1000:,.1f} kW")
     head.add_row("Space", f"{ev.space_u} U; {ev.gpus} GPUs, {ev.cores:,} cores")

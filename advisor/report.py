@@ -216,17 +216,20 @@ def chart_stage_shares(ev: Evaluation) -> Markup:
 
 
 def gpu_time_split(ev: Evaluation) -> dict[str, dict[str, float]] | None:
-    """GPU serving capacity: busy vs idle waiting on CPU stages vs other idle, at sustainable throughput (model) and
-    at the operating point (idle split in the same ratio: CPU service time against delay time per task)."""
+    """GPU serving capacity: busy vs idle. At sustainable throughput the model splits the idle part into waiting on
+    CPU stages and other (delays); at the operating point the extra idle part is the load kept below capacity."""
     if ev.gpus == 0 or "gpu" not in ev.utilization:
         return None
-    cpu, delay = ev.resource_shares.get("cpu", 0.0), ev.resource_shares.get("delay", 0.0)
-    ratio = cpu / (cpu + delay) if cpu + delay > 0 else 0.0
+    idle_cpu = ev.gpu_idle_on_cpu_fraction
+    idle_other = max(0.0, ev.gpu_idle_fraction - idle_cpu)
     u = min(1.0, ev.utilization["gpu"])
+    op_cpu = min(idle_cpu, 1.0 - u)
+    op_other = min(idle_other, 1.0 - u - op_cpu)
     return {
-        "sustainable": {"busy": 1.0 - ev.gpu_idle_fraction, "idle_on_cpu": ev.gpu_idle_on_cpu_fraction,
-                        "idle_other": ev.gpu_idle_fraction - ev.gpu_idle_on_cpu_fraction},
-        "operating_point": {"busy": u, "idle_on_cpu": (1 - u) * ratio, "idle_other": (1 - u) * (1 - ratio)},
+        "sustainable": {"busy": 1.0 - ev.gpu_idle_fraction, "idle_on_cpu": idle_cpu, "idle_other": idle_other,
+                        "headroom": 0.0},
+        "operating_point": {"busy": u, "idle_on_cpu": op_cpu, "idle_other": op_other,
+                            "headroom": max(0.0, 1.0 - u - op_cpu - op_other)},
     }
 
 
@@ -236,15 +239,17 @@ def chart_gpu_time(split: dict[str, dict[str, float]], op_label: str) -> Markup:
     labels = ["at sustainable throughput", "at the operating point"]
     keys = ["sustainable", "operating_point"]
     parts = [("busy", "busy serving", RESOURCE_COLORS["gpu"]),
-             ("idle_on_cpu", "idle: tasks waiting on CPU tools", RESOURCE_COLORS["cpu_wait"]),
-             ("idle_other", "idle: other (delays, load below capacity)", RESOURCE_COLORS["delay"])]
+             ("idle_on_cpu", "idle: tasks in CPU tool stages", RESOURCE_COLORS["cpu_wait"]),
+             ("idle_other", "idle: tasks in delays", RESOURCE_COLORS["delay"]),
+             ("headroom", "idle: load below capacity", "#dfe3ea")]
     for i, k in enumerate(keys):
         left = 0.0
         for key, _, color in parts:
             v = max(0.0, split[k][key])
             ax.barh(i, v, left=left, color=color)
             if v >= 0.06:
-                ax.text(left + v / 2, i, f"{v:.0%}", ha="center", va="center", fontsize=7, color="white")
+                ax.text(left + v / 2, i, f"{v:.0%}", ha="center", va="center", fontsize=7,
+                        color="white" if key == "busy" else "#1f2937")
             left += v
     ax.set_yticks([0, 1])
     ax.set_yticklabels(labels, parse_math=False)
@@ -252,7 +257,7 @@ def chart_gpu_time(split: dict[str, dict[str, float]], op_label: str) -> Markup:
     ax.invert_yaxis()
     ax.set_xlabel("fraction of GPU serving capacity", fontsize=8)
     from matplotlib.patches import Patch
-    ax.legend(handles=[Patch(color=c, label=lbl) for _, lbl, c in parts], fontsize=7, ncol=3, frameon=False,
+    ax.legend(handles=[Patch(color=c, label=lbl) for _, lbl, c in parts], fontsize=7, ncol=4, frameon=False,
               loc="upper center", bbox_to_anchor=(0.5, -0.45))
     _style(ax)
     return _svg(fig, "chart-gpu-time")
@@ -328,7 +333,7 @@ def chart_sweep(sweep: dict, name: str, xlabel: str, xlog: bool, current_x: floa
     ax.set_ylim(0, top * 1.15)
     ax.set_xlabel(xlabel, fontsize=8)
     ax.set_ylabel("tasks per hour", fontsize=8)
-    ax.legend(fontsize=7, frameon=False, loc="upper left")
+    ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     _style(ax)
     ax.grid(axis="y", color="#e5e7eb", linewidth=0.6)
     return _svg(fig, name)
@@ -544,10 +549,14 @@ def layout_story(cmp: LayoutComparison, cat: Catalog) -> list[str]:
     a = cmp.results[0]
     best = next(r for r in cmp.results if r.layout == cmp.best_layout)
     if best.layout != "a" and a.throughput_tasks_per_hour > 0 and best.throughput_tasks_per_hour > 0:
+        ga, gb = {s.gpu for s in a.servers if s.gpu}, {s.gpu for s in best.servers if s.gpu}
+        same = f"Both use the same GPU SKU ({', '.join(sorted(ga))}), so per chip they are equal; " \
+            if ga and ga == gb else ""
         lines.append(
-            f"Per chip, layout A's GPUs are no slower; per rack, {LAYOUT_NAMES[best.layout]} finishes "
-            f"{best.throughput_tasks_per_hour / a.throughput_tasks_per_hour:.2f}x the tasks because the same power, "
-            "cooling and space buy the CPU cores the tool stages need instead of GPUs that would wait on them.")
+            f"{same}per rack, {LAYOUT_NAMES[best.layout]} finishes "
+            f"{best.throughput_tasks_per_hour / a.throughput_tasks_per_hour:.2f}x the tasks of layout A, whose "
+            f"bottleneck is {a.bottleneck} with {a.gpu_idle_fraction:.0%} of its GPU serving capacity idle: the same "
+            "power, cooling and space buy a better-balanced set of GPUs and CPU cores.")
     return lines
 
 
@@ -608,14 +617,14 @@ def operations(res: OptimizeResult, w: Workload, assumptions: ModelAssumptions, 
     split = gpu_time_split(ev)
     if split:
         u = ev.utilization["gpu"]
-        idle_cpu = split["operating_point"]["idle_on_cpu"]
+        idle_cpu = split["sustainable"]["idle_on_cpu"]
         metrics += [
             {"metric": "GPU utilization (serving capacity in use)", "scope": "GPU servers", "expected": f"{u:.0%}",
              "alert": f"> {alerts['gpu']:.0%}, or below {u:.0%} while arrivals are at plan",
              "basis": f"pipeline model at the operating point ({ev.operating_point})"},
             {"metric": "GPU idle waiting on CPU tools (share of capacity)", "scope": "GPU servers",
              "expected": f"{idle_cpu:.0%}", "alert": f"> {alert(idle_cpu):.0%}",
-             "basis": "idle capacity split by CPU service time vs delay time per task"},
+             "basis": "model gpu_idle_on_cpu_fraction: idle serving capacity attributed to tasks in CPU tool stages"},
         ]
     if ev.p95_task_seconds is not None:
         target = w.slo.p95_task_seconds if w.slo and w.slo.p95_task_seconds else None
@@ -834,7 +843,7 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
 
     glance = {
         "layout": chosen_layout, "layout_name": LAYOUT_NAMES[chosen_layout],
-        "why_chosen": "requested" if req.layout else "most tasks per hour of A, B and hybrid (ties: less power)",
+        "why_chosen": "as requested" if req.layout else "the most tasks per hour of A, B and hybrid",
         "status": res.status, "message": res.message,
         "tasks_per_hour": res.throughput_tasks_per_hour, "ratio_vs_a": ratio,
         "a_tasks_per_hour": a.throughput_tasks_per_hour,

@@ -18,10 +18,11 @@ class ModelAssumptions(Frozen):
     tail_quantile: float = Field(default=0.95, gt=0.5, lt=1)
     """Quantile used for tail latency figures and SLO checks (p95)."""
     max_closed_loop_agents: int = Field(default=5000, gt=0)
-    """Largest agent population the exact MVA is run for (cost grows as N^2); larger populations are capped and
+    """Largest agent population the exact closed-network solution is computed for (cost grows as N^2); larger populations are capped and
     flagged. Chosen so one evaluation stays under a second on a 2-core machine."""
     tensor_parallel_domain_gpus: int = Field(default=8, gt=0)
-    """Largest tensor-parallel degree used unless the weights need more: one NVLink/Infinity Fabric domain, 8 GPUs
-    on HGX/OAM baseboards (NVIDIA HGX and AMD Instinct platform specifications)."""
+    """Largest tensor-parallel degree chosen unless the weights need more (capped further by each chassis's
+    scale-up domain): 8, one HGX/OAM baseboard's NVLink/Infinity Fabric domain (NVIDIA HGX and AMD Instinct platform
+    specifications); the model scales TP linearly, which holds within such a domain."""
     gpu_birth_death_states: int = Field(default=20000, gt=0)
     """States kept when solving the GPU batching station with open arrivals (a geometric tail covers the rest)."""

@@ -100,6 +100,9 @@ class Chassis(Sourced):
     """Allowed GPUs per server (empty for CPU-only chassis)."""
     gpu_form_factors: list[FormFactor] = Field(default_factory=list)
     """Accepted accelerator form factors."""
+    scale_up_domain_gpus: int | None = Field(default=None, gt=0)
+    """GPUs a model replica can span over the scale-up fabric (NVLink, Infinity Fabric); default: the server's own
+    GPUs. Larger for rack-scale systems (e.g. 72 for GB200 NVL72)."""
     max_gpu_tdp_w: float | None = Field(default=None, gt=0)
     """Largest accelerator board power the chassis can power and cool."""
     base_power_w: float = Field(gt=0)

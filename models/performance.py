@@ -156,6 +156,17 @@ def _serving_at(workload: Workload, gpu: GpuSku, k: int, mix: CallMix, rates: Gp
 DEFAULT_TP_DOMAIN = 8
 
 
+def tp_cap(gpus_per_server: int, chassis_domain: int | None, largest_tp: int) -> int:
+    """Largest tensor-parallel degree used by choice: the scale-up domain (the server's GPUs unless the chassis
+    says more), never above `largest_tp`."""
+    return max(1, min(largest_tp, chassis_domain or gpus_per_server))
+
+
+def serving_key(gpu_id: str, cap: int) -> str:
+    """Servings differ by GPU SKU and by the tensor-parallel cap their chassis allows."""
+    return f"{gpu_id}@tp{cap}"
+
+
 def gpu_serving(workload: Workload, gpu: GpuSku, max_tp: int = DEFAULT_TP_DOMAIN) -> GpuServing:
     """Serve the workload's model on this GPU with the tensor-parallel degree (a power of two) that gives the most
     tasks per second per GPU; among equal ones the smallest. Degrees that cannot hold the weights plus one call's

@@ -5,7 +5,7 @@ that hold nothing). The model computes:
 - the throughput bound of every pool (GPU compute, host orchestration, each tool queue's cores, each queue's
   sandbox memory, each queue's tail-wait target) and the sustainable throughput, their minimum;
 - latencies at an operating point: open arrivals (GPU batching station solved as a birth-death chain, tool queues
-  as M/M/c) or a closed loop of agents (exact MVA with load-dependent stations);
+  as M/M/c) or a closed loop of agents (exact product-form solution with load-dependent stations);
 - stage time shares, utilization, GPU idle time and the part of it spent waiting on CPU stages;
 - power, air and liquid heat and space per rack against the rack budgets.
 Equations and sources: docs/model.md.
@@ -26,7 +26,7 @@ from models.base import Frozen
 from models.catalog import Catalog
 from models.config import SHARED_QUEUE, Configuration, Queue
 from models.hardware import Rack
-from models.performance import GpuServing, cpu_call_seconds, gpu_serving, stage_gpu_latency_s
+from models.performance import GpuServing, cpu_call_seconds, gpu_serving, serving_key, stage_gpu_latency_s, tp_cap
 from models.queueing import (
     Station,
     birth_death_mean_number,
@@ -39,6 +39,9 @@ from models.server import ServerProfile, server_profile
 from models.workload import CpuStage, DelayStage, GpuStage, Workload
 
 HOUR_S = 3600.0
+LABEL_TOLERANCE = 1e-6
+"""Relative slack within which GPU and orchestration capacity count as equal when naming the serving bottleneck
+(an optimizer sizes orchestration exactly to the GPUs; rounding should not flip the label)."""
 
 
 class Bound(Frozen):
@@ -123,6 +126,12 @@ class Evaluation(Frozen):
     """Name of the binding bound."""
     bottleneck_kind: str
     bounds: list[Bound]
+    bottleneck_stage: str | None = None
+    """`class/stage` that puts the most work on the bottleneck pool."""
+    next_bottleneck: str | None = None
+    """The bound that would bind next if the bottleneck were relieved."""
+    relief_gain: float | None = None
+    """Throughput gain available by relieving the bottleneck before the next bound binds (fraction, e.g. 0.25)."""
     gpu_idle_fraction: float
     """At sustainable throughput: fraction of GPU serving capacity left unused."""
     gpu_idle_on_cpu_fraction: float
@@ -204,14 +213,17 @@ def resolve_groups(
                 raise ValueError(
                     f"{where}.gpus_per_server: {g.gpus_per_server} not in chassis {chassis.id} options {chassis.gpu_counts}"
                 )
-            if gpu.id not in servings:
-                servings[gpu.id] = gpu_serving(workload, gpu, assumptions.tensor_parallel_domain_gpus)
+            cap = tp_cap(g.gpus_per_server, chassis.scale_up_domain_gpus, assumptions.tensor_parallel_domain_gpus)
+            skey = serving_key(gpu.id, cap)
+            if skey not in servings:
+                servings[skey] = gpu_serving(workload, gpu, cap)
         elif chassis.role == "gpu":
             raise ValueError(f"{where}: chassis {chassis.id} is a GPU server; give gpu and gpus_per_server")
         try:
             prof = server_profile(
                 chassis, cpu, gpu, g.gpus_per_server, g.orchestration_cores_per_gpu, workload,
-                servings.get(gpu.id) if gpu else None, assumptions.host_os_reserved_memory_gb,
+                servings.get(skey) if gpu else None, assumptions.host_os_reserved_memory_gb,
+                skey if gpu else None,
             )
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
@@ -283,9 +295,9 @@ def evaluate(
     gpus_by_sku: dict[str, float] = defaultdict(float)
     for g in groups:
         if g.profile.gpu is not None:
-            cap_by_sku[g.profile.gpu.id] += g.count * g.profile.serving_tasks_per_s
-            compute_by_sku[g.profile.gpu.id] += g.count * g.profile.gpu_tasks_per_s
-            gpus_by_sku[g.profile.gpu.id] += g.count * g.profile.gpus
+            cap_by_sku[g.profile.serving_key] += g.count * g.profile.serving_tasks_per_s
+            compute_by_sku[g.profile.serving_key] += g.count * g.profile.gpu_tasks_per_s
+            gpus_by_sku[g.profile.serving_key] += g.count * g.profile.gpus
     route = {k: (v / serving_cap if serving_cap > 0 else 1.0 / len(cap_by_sku)) for k, v in cap_by_sku.items()}
     for sku, s in servings.items():
         if not s.fits:
@@ -336,9 +348,9 @@ def evaluate(
     bounds: list[Bound] = []
     serving_name = None
     if has_llm:
-        if serving_cap >= gpu_compute * (1 - 1e-12):
+        if serving_cap >= gpu_compute * (1 - LABEL_TOLERANCE):
             serving_name = "gpu"
-        elif serving_cap >= orch * (1 - 1e-12):
+        elif serving_cap >= orch * (1 - LABEL_TOLERANCE):
             serving_name = "orchestration"
         else:
             serving_name = "gpu+orchestration"
@@ -392,6 +404,23 @@ def evaluate(
         raise ValueError("the workload has no LLM or tool stages; nothing bounds its throughput")
     binding = min(effective, key=lambda b: b.tasks_per_hour)
     x_star = binding.tasks_per_hour / HOUR_S
+    rest = sorted((b for b in effective if b is not binding), key=lambda b: b.tasks_per_hour)
+    next_b = rest[0] if rest else None
+    relief = (next_b.tasks_per_hour / binding.tasks_per_hour - 1.0) if next_b and binding.tasks_per_hour > 0 else None
+    stage_load: dict[str, float] = {}
+    for c in workload.classes:
+        for st in c.stages:
+            key = f"{c.name}/{st.name}"
+            if binding.kind in ("gpu", "orchestration") and isinstance(st, GpuStage):
+                stage_load[key] = c.share * st.count * stage_latency(st)
+            elif binding.kind in ("cpu", "slo") and isinstance(st, CpuStage) and \
+                    class_queue.get(c.name) == binding.name.split(":", 1)[1]:
+                stage_load[key] = c.share * st.count * st.core_seconds
+            elif binding.kind == "memory" and class_queue.get(c.name) == binding.name.split(":", 1)[1]:
+                stage_load[key] = c.share * c.sandbox_memory_gb * st.count * (
+                    stage_latency(st) if isinstance(st, GpuStage) else
+                    cpu_call_seconds(st, qperf[class_queue[c.name]]) if isinstance(st, CpuStage) else st.seconds)
+    bottleneck_stage = max(stage_load, key=stage_load.get) if stage_load else None
 
     # --- GPU idle at sustainable throughput, attributed by the non-GPU part of the unloaded task.
     mix_time = {"gpu": 0.0, "cpu": 0.0, "delay": 0.0}
@@ -590,7 +619,8 @@ def evaluate(
     return Evaluation(
         configuration=config.name, workload=workload.id, rack_profile=rack.id,
         throughput_tasks_per_hour=binding.tasks_per_hour, bottleneck=binding.name, bottleneck_kind=binding.kind,
-        bounds=bounds, gpu_idle_fraction=gpu_idle, gpu_idle_on_cpu_fraction=gpu_idle_cpu,
+        bounds=bounds, bottleneck_stage=bottleneck_stage, next_bottleneck=next_b.name if next_b else None,
+        relief_gain=relief, gpu_idle_fraction=gpu_idle, gpu_idle_on_cpu_fraction=gpu_idle_cpu,
         operating_point=op_label, arrival_rate_tasks_per_hour=lam * HOUR_S, utilization=util,
         queues=queue_figs, stage_times=stage_times, stage_shares=stage_shares, resource_shares=resource_shares,
         unloaded_task_seconds=sum(c.share * unloaded[c.name] for c in workload.classes),

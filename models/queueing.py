@@ -1,7 +1,7 @@
 """Textbook queueing results used by the pipeline model (pure functions, numpy).
 
 Sources: Erlang C and M/M/c waiting-time distribution (Kleinrock, *Queueing Systems* Vol. 1, 1975, sec. 3.5);
-exact MVA with load-dependent stations (Reiser & Lavenberg, JACM 27(2), 1980; Lazowska et al.,
+exact solution of closed product-form networks with load-dependent stations (Buzen 1973; Reiser & Lavenberg 1980; Lazowska et al.,
 *Quantitative System Performance*, 1984, ch. 20).
 """
 

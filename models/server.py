@@ -40,6 +40,8 @@ class ServerProfile:
     sandbox_memory_gb: float
     """Host memory available to sandboxes (memory minus the OS reservation)."""
     price_usd: float | None
+    serving_key: str | None = None
+    """Which GPU serving setup (SKU and tensor-parallel cap) this server's GPUs run."""
 
     @property
     def serving_tasks_per_s(self) -> float:
@@ -61,6 +63,7 @@ def server_profile(
     workload: Workload,
     serving: GpuServing | None,
     os_reserved_memory_gb: float,
+    serving_key: str | None = None,
 ) -> ServerProfile:
     power = chassis.base_power_w + chassis.cpu_sockets * cpu.tdp_w + (gpus * gpu.tdp_w if gpu else 0.0)
     liquid = power * chassis.liquid_capture_fraction
@@ -100,4 +103,5 @@ def server_profile(
         orchestration_tasks_per_core_s=per_core,
         sandbox_memory_gb=max(0.0, chassis.memory_gb - os_reserved_memory_gb),
         price_usd=price,
+        serving_key=serving_key,
     )

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -181,7 +182,8 @@ def build_model(config: Configuration, workload: Workload, catalog: Catalog,
     gpus: dict[str, float] = {}
     for g in groups:
         if g.profile.gpu is not None:
-            k = g.profile.gpu.id
+            # The closed form keys GPU servings by SKU (and, in newer versions, by tensor-parallel cap).
+            k = getattr(g.profile, "serving_key", None) or g.profile.gpu.id
             cap[k] = cap.get(k, 0.0) + g.count * g.profile.serving_tasks_per_s
             comp[k] = comp.get(k, 0.0) + g.count * g.profile.gpu_tasks_per_s
             gpus[k] = gpus.get(k, 0.0) + g.count * g.profile.gpus
@@ -358,10 +360,13 @@ class _GpuPool:
 
 
 class _CpuQueue:
+    """FIFO pool of call slots with time integrals of busy slots and busy cores."""
+
     def __init__(self, env, spec: QueueSpec):
         self.env = env
         self.spec = spec
-        self.res = simpy.Resource(env, capacity=max(1, spec.slots))
+        self.slots = max(1, spec.slots)
+        self.waiting: deque = deque()
         self.busy_cores = 0.0
         self.busy_slots = 0
         self.last = 0.0
@@ -376,19 +381,48 @@ class _CpuQueue:
             self.area_slots += dt * self.busy_slots
             self.last = now
 
-    def start(self, par: float) -> None:
-        self._upd()
-        self.busy_cores += par
-        self.busy_slots += 1
+    def try_acquire(self, par: float):
+        """Take a slot now (returns None) or get an event that fires when this call is given one."""
+        if self.busy_slots < self.slots:
+            self._upd()
+            self.busy_slots += 1
+            self.busy_cores += par
+            return None
+        ev = self.env.event()
+        self.waiting.append((ev, par))
+        return ev
 
-    def end(self, par: float) -> None:
+    def release(self, par: float) -> None:
         self._upd()
         self.busy_cores -= par
-        self.busy_slots -= 1
+        if self.waiting:
+            ev, p2 = self.waiting.popleft()
+            self.busy_cores += p2
+            ev.succeed()
+        else:
+            self.busy_slots -= 1
 
     def snapshot(self) -> tuple[float, float]:
         self._upd()
         return self.area_cores, self.area_slots
+
+
+class _Gamma:
+    """Buffered standard-gamma draws per shape (numpy's vectorized draws are much cheaper than scalar calls)."""
+
+    def __init__(self, rng: np.random.Generator, block: int = 2048):
+        self.rng, self.block = rng, block
+        self.buf: dict[float, list] = {}
+
+    def __call__(self, mean: float, cv: float) -> float:
+        if cv <= 0:
+            return mean
+        k = 1.0 / (cv * cv)
+        b = self.buf.get(k)
+        if not b:
+            b = self.rng.standard_gamma(k, self.block).tolist()
+            self.buf[k] = b
+        return b.pop() * mean / k
 
 
 # ------------------------------------------------------------------------------------------------------ settings
@@ -437,6 +471,7 @@ class _Run:
         self.m = model
         self.st = st
         self.rng = np.random.default_rng(seed)
+        self._gamma = _Gamma(self.rng)
         self.env = simpy.Environment()
         self.gpu = _GpuPool(self.env, model.skus) if model.skus else None
         self.queues = {n: _CpuQueue(self.env, q) for n, q in model.queues.items()}
@@ -475,11 +510,6 @@ class _Run:
         self.truncated = False
 
     # draws
-    def _gamma(self, mean: float, cv: float) -> float:
-        if cv <= 0:
-            return mean
-        k = 1.0 / (cv * cv)
-        return self.rng.gamma(k, mean / k)
 
     def _count(self, s: StageSpec, u: float | None) -> int:
         if s.count_cv <= 0:
@@ -523,13 +553,12 @@ class _Run:
                         ts = t0
                     elif s.kind == CPU:
                         q = self.queues[s.queue]
-                        req = q.res.request()
-                        yield req
+                        ev = q.try_acquire(s.parallelism)
+                        if ev is not None:
+                            yield ev
                         ts = env.now
-                        q.start(s.parallelism)
                         yield env.timeout(self._gamma(s.mean_s, s.cv))
-                        q.end(s.parallelism)
-                        q.res.release(req)
+                        q.release(s.parallelism)
                         if measured:
                             waits[i] += ts - t0
                             self.calls_by_queue[s.queue] += 1
@@ -575,8 +604,6 @@ class _Run:
     def _snap(self):
         yield self.env.timeout(self.w0)
         self.snap0 = self._take()
-        yield self.env.timeout(self.w1 - self.w0)
-        self.snap1 = self._take()
 
     def _take(self):
         return (self.gpu.snapshot() if self.gpu else None, {n: q.snapshot() for n, q in self.queues.items()})
@@ -601,6 +628,8 @@ class _Run:
         env.process(self._guard(start + st.wall_clock_s, max(self.w1 / 400.0, 1e-3)))
         try:
             env.run(until=min(self.w1, self.tmax))
+            if env.now >= self.w1 and self.snap0 is not None:
+                self.snap1 = self._take()
             if st.drain:
                 step = max(st.duration_s / 20.0, 1.0)
                 while self.outstanding > 0 and env.now < self.tmax:
@@ -712,3 +741,22 @@ def simulate_model(model: SimModel, settings: SimSettings, recorder: Callable | 
 def simulate(config: Configuration, workload: Workload, catalog: Catalog, settings: SimSettings,
              assumptions: ModelAssumptions | None = None) -> dict:
     return simulate_model(build_model(config, workload, catalog, assumptions), settings)
+
+
+def closed_form_at(config: Configuration, workload: Workload, rack, catalog: Catalog, agents: int | None = None,
+                   arrival_rate_per_hour: float | None = None, load_fraction: float | None = None,
+                   assumptions: ModelAssumptions | None = None):
+    """The closed form (models.pipeline.evaluate) at the given operating point (else the configuration's own)."""
+    from models.config import OperatingPoint
+    from models.pipeline import evaluate
+
+    if agents is not None or arrival_rate_per_hour is not None or load_fraction is not None:
+        op = OperatingPoint(agents=agents, arrival_rate_per_hour=arrival_rate_per_hour, load_fraction=load_fraction)
+        config = config.model_copy(update={"operating_point": op})
+    return evaluate(config, workload, rack, catalog, assumptions)
+
+
+def auto_duration(rate_per_hour: float, mean_task_s: float, target_tasks: int = 2000) -> float:
+    """A window long enough for about `target_tasks` measured tasks and 20 mean task times, within [600 s, 7 d]."""
+    d = max(target_tasks / max(rate_per_hour, 1e-9) * HOUR_S, 20.0 * mean_task_s, 600.0)
+    return min(d, 7 * 24 * HOUR_S)

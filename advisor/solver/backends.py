@@ -145,16 +145,18 @@ def solve_ortools(model: LinearModel, time_limit_s: float, gap: float, threads: 
                             backend="ortools"), is_mip)
 
 
-PROVEN_GAP = 1e-9
-"""A MIP counts as proven optimal only when its bound meets its objective this closely; a solve that stopped at
-a looser requested gap is reported as `feasible` with that gap."""
+OPTIMAL_GAP = 1e-6
+"""A MIP counts as optimal when its proven gap is at most this (the default requested gap); a solve asked to stop
+at a looser gap, and stopping there, is reported as `feasible` with its gap."""
 
 
 def _finish(sol: Solution, is_mip: bool) -> Solution:
     if is_mip and sol.status == "optimal" and sol.best_bound is not None:
         g = _gap(sol.objective, sol.best_bound)
-        if g is not None and g > PROVEN_GAP:
-            sol.status, sol.gap = "feasible", g
+        if g is not None:
+            sol.gap = g
+            if g > OPTIMAL_GAP:
+                sol.status = "feasible"
     return sol
 
 

@@ -1,0 +1,434 @@
+"""HTTP API (FastAPI), versioned under /v1: catalog look-ups, evaluate, optimize, compare and stored HTML reports.
+
+Run it with `advisor serve` or `uvicorn advisor.api:app`. Solves run in a bounded worker pool (settings.workers
+threads); a request that cannot get a slot within settings.queue_wait_s is answered 503 with Retry-After, so the
+event loop (and /healthz) always stays responsive.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import math
+import time
+from contextlib import asynccontextmanager
+from typing import Any, Callable, Literal, TypeVar
+
+import anyio
+from fastapi import APIRouter, FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from advisor import __version__
+from advisor.catalog import builtin_catalog, load_catalog, load_rack, load_workload
+from advisor.compare import LayoutComparison, compare_layouts
+from advisor.errors import InputError
+from advisor.optimize import Objective, OptimizeResult, optimize
+from advisor.options import Layout
+from advisor.report import MAX_RACKS, ReportRequest, render_report
+from advisor.service import evaluate_configuration
+from advisor.settings import OptimizerSettings
+from advisor.settings_api import ApiSettings
+from advisor.store import ReportStore
+from models.assumptions import ModelAssumptions
+from models.catalog import Catalog, UnknownId
+from models.config import Configuration
+from models.hardware import Chassis, CpuSku, GpuSku, Rack
+from models.pipeline import Evaluation
+from models.workload import ServedModel, Workload
+
+log = logging.getLogger("advisor.api")
+T = TypeVar("T")
+API_KEY_HEADER = "X-API-Key"
+OPEN_PATHS = ("/healthz",)
+"""Paths that never need the API key."""
+CATALOG_KINDS: dict[str, type[BaseModel]] = {
+    "cpus": CpuSku, "gpus": GpuSku, "chassis": Chassis, "racks": Rack, "workloads": Workload,
+    "served_models": ServedModel,
+}
+
+
+# ------------------------------------------------------------------------------------------------ request / response
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+
+class EvaluateRequest(_Request):
+    """Evaluate one configuration: the pipeline model's throughput, bottleneck, latencies, power and space."""
+
+    configuration: Configuration
+    """Servers, queues and operating point (the same as a configuration YAML file)."""
+    workload: str | dict[str, Any] | None = None
+    """Workload preset id or inline object; omitted: the configuration's `workload`."""
+    rack: str | dict[str, Any] | None = None
+    """Rack profile id or inline object; omitted: the configuration's `rack`."""
+    assumptions: ModelAssumptions | None = None
+    """Model assumptions to override."""
+
+
+class _SolveRequest(_Request):
+    workload: str | dict[str, Any]
+    """Workload preset id or inline object (served_model may be a catalog id)."""
+    rack: str | dict[str, Any]
+    """Rack profile id or inline object."""
+    racks: int = Field(default=1, ge=1, le=MAX_RACKS)
+    """Racks in the row, each with the profile's budgets."""
+    solver: Literal["cbc", "ortools"] = "cbc"
+    time_limit_s: float | None = Field(default=None, gt=0)
+    """Solver time limit in seconds (capped by the server's time_limit_cap_s; omitted: the cap)."""
+    gpu_ids: list[str] | None = None
+    """Only these GPU SKUs."""
+    cpu_ids: list[str] | None = None
+    """Only these CPU SKUs."""
+    assumptions: ModelAssumptions | None = None
+    """Model assumptions to override."""
+
+
+class OptimizeRequest(_SolveRequest):
+    """Optimize one layout."""
+
+    layout: Layout = "hybrid"
+    objective: Objective = "max_throughput"
+    required_tasks_per_hour: float | None = Field(default=None, gt=0)
+    """For min_cost / min_power."""
+    capital_budget_usd: float | None = Field(default=None, gt=0)
+    explain: bool = True
+    """Shadow prices and what-it-takes re-solves (slower)."""
+
+
+class CompareRequest(_SolveRequest):
+    """Optimize layouts A, B and hybrid under the same budgets."""
+
+    explain: bool = False
+    """Shadow prices and what-it-takes re-solves for every layout (slower)."""
+
+
+class ReportCreated(BaseModel):
+    id: str
+    url: str
+    """The HTML report."""
+    json_url: str
+    """The report's figures as JSON."""
+    created: str
+
+
+class StoredReportOut(BaseModel):
+    id: str
+    created: str
+    request: dict[str, Any]
+    result: dict[str, Any]
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+    workers: int
+    busy: int
+    """Solves running now."""
+    waiting: int
+    """Requests waiting for a solve slot."""
+
+
+class ErrorOut(BaseModel):
+    detail: Any
+    suggestions: list[str] | None = None
+
+
+ERRORS = {401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 413: {"model": ErrorOut}, 422: {"model": ErrorOut},
+          503: {"model": ErrorOut, "description": "No solve slot within queue_wait_s; see Retry-After."}}
+
+
+# ------------------------------------------------------------------------------------------------------ worker pool
+
+class Busy(Exception):
+    def __init__(self, retry_after: int):
+        self.retry_after = retry_after
+
+
+class SolvePool:
+    """At most `workers` solves at once, each in a worker thread; waiting for a slot is bounded in time."""
+
+    def __init__(self, workers: int, queue_wait_s: float):
+        self.workers, self.queue_wait_s = workers, queue_wait_s
+        self.slots = anyio.Semaphore(workers)
+        self.threads = anyio.CapacityLimiter(workers)
+        self.busy = 0
+        self.waiting = 0
+        self.mean_s = 1.0
+        """Running mean of solve time, for Retry-After."""
+
+    def retry_after(self) -> int:
+        return max(1, math.ceil(self.mean_s * max(1, self.waiting) / self.workers))
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        self.waiting += 1
+        try:
+            with anyio.move_on_after(self.queue_wait_s) as scope:
+                await self.slots.acquire()
+        finally:
+            self.waiting -= 1
+        if scope.cancelled_caught:
+            raise Busy(self.retry_after())
+        self.busy += 1
+        t0 = time.perf_counter()
+        try:
+            return await anyio.to_thread.run_sync(fn, *args, limiter=self.threads)
+        finally:
+            self.busy -= 1
+            self.mean_s = 0.8 * self.mean_s + 0.2 * (time.perf_counter() - t0)
+            self.slots.release()
+
+
+# ------------------------------------------------------------------------------------------------------ middleware
+
+def _plain(status: int, detail: str, headers: dict[str, str] | None = None) -> tuple[int, bytes, list]:
+    body = json.dumps({"detail": detail}).encode()
+    hs = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    hs += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    return status, body, hs
+
+
+class GuardMiddleware:
+    """API key check (all paths but /healthz) and request body limit (Content-Length and the streamed body),
+    before the application sees the request. The body is buffered (it is at most max_body_bytes)."""
+
+    def __init__(self, app, settings: ApiSettings):
+        self.app, self.settings = app, settings
+
+    async def _send(self, send, status: int, body: bytes, headers: list) -> None:
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        key = self.settings.api_key
+        if key is not None and scope["path"] not in OPEN_PATHS:
+            given = headers.get(API_KEY_HEADER.lower())
+            if not given:
+                return await self._send(send, *_plain(401, f"missing API key (header {API_KEY_HEADER})",
+                                                      {"WWW-Authenticate": API_KEY_HEADER}))
+            if not hmac.compare_digest(given.encode(), key.get_secret_value().encode()):
+                return await self._send(send, *_plain(403, "invalid API key"))
+        limit = self.settings.max_body_bytes
+        too_big = f"request body larger than {limit:,} bytes"
+        cl = headers.get("content-length")
+        if cl is not None:
+            try:
+                if int(cl) > limit:
+                    return await self._send(send, *_plain(413, too_big))
+            except ValueError:
+                return await self._send(send, *_plain(400, "invalid Content-Length"))
+        if scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE") and cl is None \
+                and "chunked" not in headers.get("transfer-encoding", ""):
+            return await self.app(scope, receive, send)
+        chunks, size = [], 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return await self._send(send, *_plain(413, too_big))
+            chunks.append(chunk)
+            if not msg.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay():
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+
+# ------------------------------------------------------------------------------------------------------------- app
+
+def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = None) -> FastAPI:
+    settings = settings or ApiSettings()
+    state: dict[str, Any] = {}
+
+    def get_catalog() -> Catalog:
+        if catalog is not None:
+            return catalog
+        if "catalog" not in state:
+            state["catalog"] = load_catalog(settings.catalog) if settings.catalog else builtin_catalog()
+        return state["catalog"]
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        state["pool"] = SolvePool(settings.workers, settings.queue_wait_s)
+        state["store"] = ReportStore(settings.database)
+        get_catalog()
+        yield
+
+    app = FastAPI(
+        title="rack-advisor", version=__version__, lifespan=lifespan,
+        description="Fill data-center racks for the most agentic AI tasks per hour: catalog, evaluate, optimize, "
+                    "compare layouts A/B/hybrid, and self-contained HTML recommendation reports.",
+    )
+    app.add_middleware(GuardMiddleware, settings=settings)
+
+    def pool() -> SolvePool:
+        return state["pool"]
+
+    def store() -> ReportStore:
+        return state["store"]
+
+    def cap(t: float | None) -> float:
+        return min(t, settings.time_limit_cap_s) if t else settings.time_limit_cap_s
+
+    # -- errors: messages, never stack traces
+    @app.exception_handler(InputError)
+    async def _input_error(request: Request, exc: InputError):
+        return JSONResponse({"detail": str(exc)}, status_code=422)
+
+    @app.exception_handler(UnknownId)
+    async def _unknown(request: Request, exc: UnknownId):
+        return JSONResponse({"detail": str(exc), "suggestions": exc.suggestions}, status_code=422)
+
+    @app.exception_handler(Busy)
+    async def _busy(request: Request, exc: Busy):
+        return JSONResponse({"detail": "all solve workers are busy; retry later"}, status_code=503,
+                            headers={"Retry-After": str(exc.retry_after)})
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception):
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse({"detail": "internal error"}, status_code=500)
+
+    @app.get("/healthz", response_model=Health, tags=["health"])
+    async def healthz() -> Health:
+        p = state.get("pool")
+        return Health(status="ok", version=__version__, workers=settings.workers,
+                      busy=p.busy if p else 0, waiting=p.waiting if p else 0)
+
+    v1 = APIRouter(prefix="/v1", responses=ERRORS)
+
+    # -- catalog: one typed route pair per kind
+    def add_catalog_routes(kind: str, model: type[BaseModel]) -> None:
+        async def list_entries() -> list:
+            return list(getattr(get_catalog(), kind))
+
+        async def get_entry(entry_id: str):
+            try:
+                return getattr(get_catalog(), kind)[entry_id]
+            except UnknownId as e:
+                return JSONResponse({"detail": str(e), "suggestions": e.suggestions}, status_code=404)
+
+        v1.add_api_route(f"/catalog/{kind}", list_entries, methods=["GET"], response_model=list[model],
+                         tags=["catalog"], summary=f"List {kind}", operation_id=f"list_{kind}")
+        v1.add_api_route(f"/catalog/{kind}/{{entry_id}}", get_entry, methods=["GET"], response_model=model,
+                         tags=["catalog"], summary=f"One entry of {kind}", operation_id=f"get_{kind}",
+                         responses={404: {"model": ErrorOut, "description": "Unknown id, with close matches."}})
+
+    for kind, model in CATALOG_KINDS.items():
+        add_catalog_routes(kind, model)
+
+    def _solve_inputs(req: _SolveRequest) -> tuple[Catalog, Workload, Rack, OptimizerSettings]:
+        cat = get_catalog()
+        for ids, table in ((req.gpu_ids, cat.gpus), (req.cpu_ids, cat.cpus)):
+            for i in ids or []:
+                table[i]  # UnknownId -> 422 with suggestions
+        s = OptimizerSettings(assumptions=req.assumptions) if req.assumptions else OptimizerSettings()
+        return cat, load_workload(req.workload, cat), load_rack(req.rack, cat), s
+
+    @v1.post("/evaluate", response_model=Evaluation, tags=["solve"])
+    async def evaluate_ep(req: EvaluateRequest) -> Evaluation:
+        return await pool().run(
+            lambda: evaluate_configuration(req.configuration, req.workload, req.rack, get_catalog(), req.assumptions))
+
+    @v1.post("/optimize", response_model=OptimizeResult, tags=["solve"],
+             description="Infeasible budgets are answered 200 with status `infeasible` and a diagnosis.")
+    async def optimize_ep(req: OptimizeRequest) -> OptimizeResult:
+        def run() -> OptimizeResult:
+            cat, w, r, s = _solve_inputs(req)
+            try:
+                return optimize(w, r, cat, layout=req.layout, racks=req.racks, backend=req.solver,
+                                time_limit_s=cap(req.time_limit_s), objective=req.objective,
+                                required_tasks_per_hour=req.required_tasks_per_hour,
+                                capital_budget_usd=req.capital_budget_usd, gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids,
+                                settings=s, explain=req.explain)
+            except ValueError as e:
+                raise InputError(str(e)) from None
+
+        return await pool().run(run)
+
+    @v1.post("/compare", response_model=LayoutComparison, tags=["solve"])
+    async def compare_ep(req: CompareRequest) -> LayoutComparison:
+        def run() -> LayoutComparison:
+            cat, w, r, s = _solve_inputs(req)
+            try:
+                return compare_layouts(w, r, cat, racks=req.racks, backend=req.solver,
+                                       time_limit_s=cap(req.time_limit_s), gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids,
+                                       settings=s, explain=req.explain)
+            except ValueError as e:
+                raise InputError(str(e)) from None
+
+        return await pool().run(run)
+
+    @v1.post("/reports", response_model=ReportCreated, status_code=201, tags=["reports"])
+    async def create_report(req: ReportRequest, request: Request) -> ReportCreated:
+        req = req.model_copy(update={"time_limit_s": cap(req.time_limit_s),
+                                     "sweep_time_limit_s": min(req.sweep_time_limit_s,
+                                                               settings.report_sweep_time_limit_s,
+                                                               settings.time_limit_cap_s)})
+
+        def run():
+            html, data = render_report(req, get_catalog())
+            return store().put(req.model_dump(mode="json"), data, html)
+
+        rec = await pool().run(run)
+        base = str(request.base_url).rstrip("/")
+        return ReportCreated(id=rec.id, url=f"{base}/v1/reports/{rec.id}",
+                             json_url=f"{base}/v1/reports/{rec.id}.json", created=rec.created)
+
+    def _not_found(rid: str) -> HTTPException:
+        return HTTPException(404, f"no report {rid!r}")
+
+    @v1.get("/reports/{report_id}.json", response_model=StoredReportOut, tags=["reports"],
+            responses={404: {"model": ErrorOut}})
+    async def report_json(report_id: str) -> StoredReportOut:
+        rec = await anyio.to_thread.run_sync(store().get, report_id)
+        if rec is None:
+            raise _not_found(report_id)
+        return StoredReportOut(id=rec.id, created=rec.created, request=rec.request, result=rec.result)
+
+    @v1.get("/reports/{report_id}", response_class=HTMLResponse, tags=["reports"],
+            responses={200: {"content": {"text/html": {}}}, 404: {"model": ErrorOut}})
+    async def report_html(report_id: str) -> HTMLResponse:
+        html = await anyio.to_thread.run_sync(store().get_html, report_id)
+        if html is None:
+            raise _not_found(report_id)
+        return HTMLResponse(html, headers={
+            "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
+            "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"})
+
+    app.include_router(v1)
+
+    # document the API key in OpenAPI (the middleware enforces it)
+    original_openapi = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = original_openapi()
+        if settings.api_key is not None:
+            schema.setdefault("components", {}).setdefault("securitySchemes", {})["APIKeyHeader"] = {
+                "type": "apiKey", "in": "header", "name": API_KEY_HEADER}
+            schema["security"] = [{"APIKeyHeader": []}]
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+app = create_app()

@@ -1,0 +1,554 @@
+"""Batch optimizer: solve many scenarios x layouts in worker processes (or on a Dask cluster), into SQLite.
+
+Each (scenario, layout) is one solve with a canonical input hash (see advisor.scenarios). Results go to
+OUT/results.sqlite, table `results`, one row per scenario x layout, written by the coordinating process only, each
+finished solve committed in its own transaction (WAL journal, synchronous=FULL). So:
+- a rerun skips every (scenario, layout) whose row already holds the same hash, and copies the answer for a new name
+  whose hash is already solved; identical inputs in one run are solved once;
+- Ctrl-C, SIGTERM or kill -9 lose no committed row and leave no half-written one (SQLite's journal), and a rerun
+  continues where the last stopped;
+- an exception inside one solve is recorded as status `error` with its reason and the batch goes on; a worker process
+  that dies (segfault, os._exit, OOM) breaks the local pool: the pool is rebuilt and the solves that were in flight
+  are retried, one at a time, and one that kills its worker again is recorded as an error.
+Errors are not retried on a rerun unless `retry_errors` is set; scenarios that cannot be resolved (bad override
+value, unknown id) are recorded as errors on every run.
+
+The executor is the only thing that differs between local and cluster runs: a `ProcessPoolExecutor` (forkserver,
+`workers` processes, default os.cpu_count()), the calling process (`workers=0`), or a Dask distributed Client's
+concurrent.futures executor (`scheduler="tcp://host:8786"`, a Client or a LocalCluster); the Dask workers need
+rack-advisor installed. Exports: results.csv, results.json and report.html (templates/batch.html.j2).
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import socket
+import sqlite3
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import closing
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from advisor.errors import InputError
+from advisor.scenarios import Resolved, Scenario, canonical_json, resolve, sha256_of
+
+DB_NAME = "results.sqlite"
+SCHEMA_VERSION = 1
+BUSY_TIMEOUT_S = 30.0
+MAX_CRASH_RETRIES = 1
+"""A solve in flight when a worker process died is retried alone this many times before it is recorded as a crash."""
+
+COLUMNS = (
+    ("scenario", "TEXT NOT NULL"), ("layout", "TEXT NOT NULL"), ("hash", "TEXT NOT NULL"),
+    ("scenario_hash", "TEXT"), ("base", "TEXT"), ("sample", "INTEGER"), ("overrides_json", "TEXT"),
+    ("inputs_json", "TEXT"), ("status", "TEXT NOT NULL"), ("throughput", "REAL"), ("predicted", "REAL"),
+    ("power_w", "REAL"), ("space_u", "INTEGER"), ("capital_usd", "REAL"), ("gap", "REAL"), ("bottleneck", "TEXT"),
+    ("binding_json", "TEXT"), ("configuration_json", "TEXT"), ("message", "TEXT"), ("solve_seconds", "REAL"),
+    ("started", "TEXT"), ("finished", "TEXT"), ("worker", "TEXT"), ("error", "TEXT"),
+)
+COLUMN_NAMES = tuple(c for c, _ in COLUMNS)
+RESULT_FIELDS = ("status", "throughput", "predicted", "power_w", "space_u", "capital_usd", "gap", "bottleneck",
+                 "binding_json", "configuration_json", "message", "solve_seconds", "started", "finished", "worker",
+                 "error")
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The solve (runs in a worker)
+
+_CATALOGS: dict[str, Any] = {}
+
+
+def _catalog(digest: str, data: dict):
+    cat = _CATALOGS.get(digest)
+    if cat is None:
+        from models.catalog import Catalog
+        from models.hardware import Chassis, CpuSku, GpuSku
+
+        cat = Catalog.build(cpus=[CpuSku.model_validate(d) for d in data["cpus"]],
+                            gpus=[GpuSku.model_validate(d) for d in data["gpus"]],
+                            chassis=[Chassis.model_validate(d) for d in data["chassis"]])
+        _CATALOGS.clear() if len(_CATALOGS) > 16 else None
+        _CATALOGS[digest] = cat
+    return cat
+
+
+def capital_usd(configuration: dict, catalog) -> float | None:
+    """Price of a configuration's servers (chassis + CPU sockets + GPUs); None when any part has no price."""
+    total = 0.0
+    for g in configuration.get("servers", []):
+        ch = catalog.chassis[g["chassis"]]
+        cpu = catalog.cpus[g["cpu"]]
+        gpu = catalog.gpus[g["gpu"]] if g.get("gpu") else None
+        parts = [ch.price_usd, cpu.list_price_usd] + ([gpu.price_usd] if gpu else [])
+        if any(p is None for p in parts):
+            return None
+        n = g.get("gpus_per_server", 0)
+        total += g["count"] * (ch.price_usd + ch.cpu_sockets * cpu.list_price_usd + (n * gpu.price_usd if gpu else 0))
+    return total
+
+
+def solve_job(inputs: dict, catalog_json: dict) -> dict:
+    """One optimize() call from resolved inputs; never raises for a bad scenario (the error becomes the row)."""
+    started, t0 = _now(), time.perf_counter()
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    try:
+        from advisor.optimize import optimize
+        from advisor.settings import OptimizerSettings
+        from models.hardware import Rack
+        from models.workload import Workload
+
+        cat = _catalog(inputs["catalog_sha256"], catalog_json)
+        res = optimize(
+            Workload.model_validate(inputs["workload"]), Rack.model_validate(inputs["rack"]), cat,
+            layout=inputs["layout"], racks=inputs["racks"], backend=inputs["solver"],
+            time_limit_s=inputs["time_limit_s"], objective=inputs["objective"],
+            required_tasks_per_hour=inputs["required_tasks_per_hour"],
+            capital_budget_usd=inputs["capital_budget_usd"], gpu_ids=inputs["gpu_ids"], cpu_ids=inputs["cpu_ids"],
+            settings=OptimizerSettings.model_validate(inputs["settings"]), explain=False)
+        return dict(
+            status=res.status, throughput=res.throughput_tasks_per_hour, predicted=res.predicted_tasks_per_hour,
+            power_w=res.power_w, space_u=res.space_u,
+            capital_usd=capital_usd(res.configuration, cat) if res.configuration else None, gap=res.gap,
+            bottleneck=res.bottleneck, binding_json=json.dumps(res.binding_constraints),
+            configuration_json=json.dumps(res.configuration), message=res.message,
+            solve_seconds=time.perf_counter() - t0, started=started, finished=_now(), worker=worker, error=None)
+    except Exception as e:  # noqa: BLE001 - a failing scenario is a row, not the end of the batch
+        tb = traceback.extract_tb(e.__traceback__)
+        at = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+        return _error_fields(f"{type(e).__name__}: {e}{at}", started, time.perf_counter() - t0, worker)
+
+
+def _error_fields(reason: str, started: str | None = None, seconds: float | None = None,
+                  worker: str | None = None) -> dict:
+    return dict(status="error", throughput=None, predicted=None, power_w=None, space_u=None, capital_usd=None,
+                gap=None, bottleneck=None, binding_json=None, configuration_json=None, message=None,
+                solve_seconds=seconds, started=started or _now(), finished=_now(), worker=worker, error=reason)
+
+
+def _worker_init() -> None:
+    # The coordinator handles Ctrl-C; a worker (and its CBC child) keeps going until it is shut down.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Jobs and the database
+
+
+@dataclass
+class Job:
+    scenario: str
+    layout: str
+    hash: str
+    scenario_hash: str | None
+    base: str | None
+    sample: int | None
+    overrides_json: str
+    inputs: dict | None
+    catalog_json: dict | None
+    error: str | None = None
+    """Set when the scenario could not be resolved."""
+
+    def meta(self) -> dict:
+        return dict(scenario=self.scenario, layout=self.layout, hash=self.hash, scenario_hash=self.scenario_hash,
+                    base=self.base, sample=self.sample, overrides_json=self.overrides_json,
+                    inputs_json=canonical_json(self.inputs) if self.inputs is not None else None)
+
+
+def make_jobs(scenarios: Iterable[Scenario]) -> list[Job]:
+    jobs = []
+    for s in scenarios:
+        over = canonical_json(s.overrides)
+        try:
+            r: Resolved | None = resolve(s)
+            err = None
+        except (InputError, ValueError) as e:
+            r, err = None, str(e)
+        for lay in s.layouts:
+            if r is None:
+                h = sha256_of({"unresolved": s.model_dump(mode="json"), "layout": lay})
+                jobs.append(Job(s.name, lay, h, None, s.base, s.sample, over, None, None, err))
+            else:
+                jobs.append(Job(s.name, lay, r.input_hash(lay), r.scenario_hash, s.base, s.sample, over,
+                                r.inputs(lay), r.catalog_json))
+    return jobs
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    db.execute("PRAGMA busy_timeout=%d" % int(BUSY_TIMEOUT_S * 1000))
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute(f"CREATE TABLE IF NOT EXISTS results ({', '.join(f'{c} {t}' for c, t in COLUMNS)}, "
+               "PRIMARY KEY (scenario, layout))")
+    db.execute("CREATE INDEX IF NOT EXISTS results_hash ON results(hash)")
+    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+    return db
+
+
+def _write(db: sqlite3.Connection, rows: list[dict]) -> None:
+    """All rows in one transaction: either every row of a finished solve is there, or none is."""
+    sql = (f"INSERT OR REPLACE INTO results ({', '.join(COLUMN_NAMES)}) "
+           f"VALUES ({', '.join('?' for _ in COLUMN_NAMES)})")
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        db.executemany(sql, [tuple(r.get(c) for c in COLUMN_NAMES) for r in rows])
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def read_rows(path: Path | str, scenarios: Iterable[str] | None = None) -> list[dict]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / DB_NAME
+    if not path.exists():
+        return []
+    with closing(sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)) as db:
+        db.row_factory = sqlite3.Row
+        rows = [dict(r) for r in db.execute("SELECT * FROM results ORDER BY rowid")]
+    if scenarios is not None:
+        want = set(scenarios)
+        rows = [r for r in rows if r["scenario"] in want]
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Executors
+
+
+class _Inline:
+    """Runs each job in the calling process when submitted (workers=0)."""
+
+    def submit(self, fn, *args) -> Future:
+        f: Future = Future()
+        try:
+            f.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001
+            f.set_exception(e)
+        return f
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        pass
+
+
+def _local_pool(workers: int) -> ProcessPoolExecutor:
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["advisor.batch", "advisor.optimize"])
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init)
+
+
+def _dask_client(scheduler: Any):
+    try:
+        from distributed import Client
+    except ImportError:
+        raise InputError("--scheduler needs Dask: pip install 'dask[distributed]'") from None
+    if isinstance(scheduler, Client):
+        return scheduler, False
+    return Client(scheduler), True
+
+
+@dataclass
+class RunStats:
+    rows: int = 0
+    """scenario x layout rows asked for."""
+    skipped: int = 0
+    """Already in the database with the same inputs."""
+    copied: int = 0
+    """Inputs already solved under another name (or duplicated in this run): answer copied, no solve."""
+    solved: int = 0
+    """Solves run (unique hashes)."""
+    written: int = 0
+    """Rows written this run (solved, copied or unresolved)."""
+    errors: int = 0
+    """Rows of this run's scenarios whose status is error (after the run)."""
+    interrupted: bool = False
+    seconds: float = 0.0
+    statuses: dict[str, int] = field(default_factory=dict)
+
+    def line(self, where: str = "") -> str:
+        rate = self.solved / self.seconds * 60 if self.seconds > 0 else 0.0
+        st = ", ".join(f"{v} {k}" for k, v in sorted(self.statuses.items()))
+        head = "interrupted" if self.interrupted else "done"
+        return (f"{head}: {self.rows} rows ({st or 'none'}); {self.solved} solved, {self.skipped} already done, "
+                f"{self.copied} copied from equal inputs; {self.seconds:.1f} s ({rate:.1f} solves/min)"
+                + (f" -> {where}" if where else ""))
+
+
+def _progress(total: int, enabled: bool):
+    from rich.console import Console
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, ProgressColumn, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+    from rich.text import Text
+
+    class Rate(ProgressColumn):
+        def render(self, task) -> Text:  # noqa: ANN001
+            speed = task.finished_speed or task.speed
+            return Text(f"{speed * 60:,.1f}/min" if speed else "-/min", style="progress.data.speed")
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), Rate(),
+                    TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                    console=Console(stderr=True), disable=not enabled, transient=False)
+
+
+class Runner:
+    """Solves scenarios into one results database; keeps its executor open across `run` calls (what-if studies
+    call it point after point)."""
+
+    def __init__(self, out_dir: Path | str | None = None, workers: int | None = None, scheduler: Any = None,
+                 progress: bool = False, retry_errors: bool = False,
+                 solve_fn: Callable[[dict, dict], dict] = solve_job):
+        self._tmp = None
+        if out_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="advisor-batch-")
+            out_dir = self._tmp.name
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.db_path = self.out_dir / DB_NAME
+        self.workers = (os.cpu_count() or 1) if workers is None else workers
+        self.scheduler = scheduler
+        self.progress = progress
+        self.retry_errors = retry_errors
+        self.solve_fn = solve_fn
+        self._executor = None
+        self._client = None
+        self._own_client = False
+        self._db = connect(self.db_path)
+
+    # -- executor
+    def _get_executor(self):
+        if self._executor is None:
+            if self.scheduler is not None:
+                self._client, self._own_client = _dask_client(self.scheduler)
+                self._executor = self._client.get_executor()
+            elif self.workers <= 0:
+                self._executor = _Inline()
+            else:
+                self._executor = _local_pool(self.workers)
+        return self._executor
+
+    def _slots(self) -> int:
+        if self.scheduler is not None:
+            try:
+                return max(1, sum(self._client.nthreads().values())) * 2
+            except Exception:  # noqa: BLE001
+                return 4
+        return max(1, self.workers)
+
+    def _reset_pool(self) -> None:
+        if isinstance(self._executor, ProcessPoolExecutor):
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        self._executor = None
+
+    def close(self) -> None:
+        if self._executor is not None:
+            if isinstance(self._executor, ProcessPoolExecutor):
+                self._executor.shutdown(wait=True, cancel_futures=True)
+            elif self.scheduler is not None:
+                self._executor.shutdown(wait=False)
+            self._executor = None
+        if self._client is not None and self._own_client:
+            self._client.close()
+        self._client = None
+        self._db.close()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    def _abort(self) -> None:
+        """After Ctrl-C: stop the local workers now (their unfinished solves are simply not recorded)."""
+        ex = self._executor
+        if isinstance(ex, ProcessPoolExecutor):
+            procs = list(getattr(ex, "_processes", {}).values())
+            ex.shutdown(wait=False, cancel_futures=True)
+            for p in procs:
+                try:
+                    p.kill()
+                except Exception:  # noqa: BLE001
+                    pass
+            self._executor = None
+
+    def __enter__(self) -> "Runner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- running
+    def run(self, scenarios: Iterable[Scenario] | list[Job], description: str = "solving") -> RunStats:
+        t0 = time.perf_counter()
+        items = list(scenarios)
+        jobs = items if items and isinstance(items[0], Job) else make_jobs(items)  # type: ignore[arg-type]
+        stats = RunStats(rows=len(jobs))
+        existing = {(r[0], r[1]): (r[2], r[3]) for r in
+                    self._db.execute("SELECT scenario, layout, hash, status FROM results")}
+        by_hash: dict[str, str] = {}
+        for (sc, lay), (h, status) in existing.items():
+            if status != "error" or not self.retry_errors:
+                by_hash.setdefault(h, f"{sc}\x00{lay}")
+        todo: dict[str, list[Job]] = {}
+        unresolved, copies = [], []
+        for j in jobs:
+            if j.error is not None:
+                unresolved.append(j)
+                continue
+            have = existing.get((j.scenario, j.layout))
+            if have and have[0] == j.hash and (have[1] != "error" or not self.retry_errors):
+                stats.skipped += 1
+            elif j.hash in by_hash:
+                copies.append(j)
+            else:
+                todo.setdefault(j.hash, []).append(j)
+        stats.copied = len(copies) + sum(len(v) - 1 for v in todo.values())
+        if unresolved:
+            _write(self._db, [{**j.meta(), **_error_fields(f"InputError: {j.error}")} for j in unresolved])
+            stats.written += len(unresolved)
+        if copies:
+            self._copy(copies)
+            stats.written += len(copies)
+        try:
+            self._solve_all(todo, stats, description)
+        except KeyboardInterrupt:
+            stats.interrupted = True
+            self._abort()
+        stats.seconds = time.perf_counter() - t0
+        names = {(j.scenario, j.layout) for j in jobs}
+        for sc, lay, status in self._db.execute("SELECT scenario, layout, status FROM results"):
+            if (sc, lay) in names:
+                stats.statuses[status] = stats.statuses.get(status, 0) + 1
+        stats.errors = stats.statuses.get("error", 0)
+        return stats
+
+    def _copy(self, jobs: list[Job]) -> None:
+        self._db.row_factory = sqlite3.Row
+        try:
+            rows = []
+            for j in jobs:
+                src = self._db.execute("SELECT * FROM results WHERE hash = ? ORDER BY status = 'error' LIMIT 1",
+                                       (j.hash,)).fetchone()
+                rows.append({**{k: src[k] for k in RESULT_FIELDS}, **j.meta()})
+        finally:
+            self._db.row_factory = None
+        _write(self._db, rows)
+
+    def _solve_all(self, todo: dict[str, list[Job]], stats: RunStats, description: str) -> None:
+        if not todo:
+            return
+        queue = list(todo)
+        crashes: dict[str, int] = {}
+        isolate: list[str] = []  # hashes to retry alone after a worker died with them in flight
+        total_rows = sum(len(v) for v in todo.values())
+        prev_term = None
+        if threading_is_main():
+            def on_term(signum, frame):  # noqa: ANN001
+                raise KeyboardInterrupt
+            prev_term = signal.signal(signal.SIGTERM, on_term)
+        try:
+            with _progress(total_rows, self.progress) as bar:
+                task = bar.add_task(description, total=total_rows)
+                inflight: dict[Future, str] = {}
+                while queue or isolate or inflight:
+                    ex = self._get_executor()
+                    if isolate:  # after a worker died: one solve at a time until the suspects are cleared
+                        if not inflight:
+                            h = isolate.pop(0)
+                            inflight[self._submit(ex, todo[h][0])] = h
+                    else:
+                        while queue and len(inflight) < self._slots():
+                            h = queue.pop(0)
+                            inflight[self._submit(ex, todo[h][0])] = h
+                    if not inflight:
+                        continue
+                    done, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+                    broken = False
+                    for f in done:
+                        h = inflight.pop(f)
+                        try:
+                            fields = f.result()
+                        except BrokenProcessPool:
+                            broken = True
+                            crashes[h] = crashes.get(h, 0) + 1
+                            if crashes[h] > MAX_CRASH_RETRIES:
+                                fields = _error_fields("worker process died while solving this scenario "
+                                                       f"({crashes[h]} times); see the worker's stderr")
+                            else:
+                                isolate.append(h)
+                                continue
+                        except Exception as e:  # noqa: BLE001 - e.g. Dask KilledWorker
+                            fields = _error_fields(f"executor: {type(e).__name__}: {e}")
+                        _write(self._db, [{**j.meta(), **fields} for j in todo[h]])
+                        stats.solved += 1
+                        stats.written += len(todo[h])
+                        bar.advance(task, len(todo[h]))
+                    if broken:
+                        for f, h in list(inflight.items()):  # every other solve in flight died with the pool
+                            crashes[h] = crashes.get(h, 0) + 1
+                            isolate.append(h)
+                        inflight.clear()
+                        self._reset_pool()
+        finally:
+            if prev_term is not None:
+                signal.signal(signal.SIGTERM, prev_term)
+
+    def _submit(self, ex, job: Job) -> Future:
+        return ex.submit(self.solve_fn, job.inputs, job.catalog_json)
+
+
+def threading_is_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Public entry point
+
+
+@dataclass
+class BatchSummary:
+    stats: RunStats
+    out_dir: Path
+    db: Path
+    exports: dict[str, Path]
+
+    @property
+    def line(self) -> str:
+        return self.stats.line(str(self.db))
+
+
+def run_batch(scenarios: Iterable[Scenario] | str | Path, out_dir: Path | str, workers: int | None = None,
+              scheduler: Any = None, progress: bool = False, retry_errors: bool = False, export: bool = True,
+              solve_fn: Callable[[dict, dict], dict] = solve_job) -> BatchSummary:
+    """Solve every scenario x layout into OUT/results.sqlite (skipping what is done), then export CSV/JSON/HTML."""
+    if isinstance(scenarios, (str, Path)):
+        from advisor.scenarios import load_scenarios
+
+        scenarios = load_scenarios(scenarios)
+    scenarios = list(scenarios)
+    out = Path(out_dir)
+    with Runner(out, workers=workers, scheduler=scheduler, progress=progress, retry_errors=retry_errors,
+                solve_fn=solve_fn) as runner:
+        jobs = make_jobs(scenarios)
+        if jobs and all(j.error is not None for j in jobs):
+            raise InputError(f"no scenario could be resolved; the first: {jobs[0].error}")
+        stats = runner.run(jobs, description="batch")
+    exports = {}
+    if export and not stats.interrupted:
+        from advisor.batch_report import export_all
+
+        exports = export_all(out, [s.name for s in scenarios])
+    return BatchSummary(stats, out, out / DB_NAME, exports)
