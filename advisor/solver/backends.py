@@ -52,6 +52,8 @@ def _cbc_log_facts(path: str, maximize: bool) -> tuple[float | None, bool]:
         return None, False
     found = _BEST_POSSIBLE.findall(text)
     bound = None
+    if "Result - Optimal solution found" in text and "within gap" not in text:
+        found = []  # proven optimal: the progress lines' bounds are stale; the caller uses the objective
     if found:
         raw = float(found[-1])
         bound = -raw if maximize else raw  # CBC minimizes the negated objective of a maximization
@@ -92,7 +94,7 @@ def solve_cbc(model: LinearModel, time_limit_s: float, gap: float, threads: int 
     duals = {}
     if not is_mip:
         duals = {n: (c.pi if c.pi is not None else 0.0) for n, c in cons.items()}
-    bound = (log_bound if log_bound is not None else None) if is_mip else obj
+    bound = (log_bound if log_bound is not None else obj) if is_mip else obj
     return _finish(Solution(st, obj, values, best_bound=bound, gap=0.0 if st == "optimal" else _gap(obj, bound),
                             seconds=secs, duals=duals, backend="cbc"), is_mip)
 
