@@ -49,8 +49,13 @@ def _entries(path: Path, model) -> list:
     if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
         raise InputError(f"{path}: expected a mapping with a list under 'entries'")
     out = []
+    first_index: dict[str, int] = {}
     for i, e in enumerate(data["entries"]):
         label = f"entries[{i}]" + (f" (id {e.get('id')!r})" if isinstance(e, dict) and e.get("id") else "")
+        if isinstance(e, dict) and isinstance(e.get("id"), str):
+            if e["id"] in first_index:
+                raise InputError(f"{path}: {label}: id: duplicate of entries[{first_index[e['id']]}]")
+            first_index[e["id"]] = i
         try:
             out.append(model.model_validate(e))
         except ValidationError as err:

@@ -23,7 +23,7 @@ from scipy.stats import norm
 
 from models.assumptions import ModelAssumptions
 from models.base import Frozen
-from models.catalog import Catalog
+from models.catalog import Catalog, UnknownId
 from models.config import SHARED_QUEUE, Configuration, Queue
 from models.hardware import Rack
 from models.performance import GpuServing, cpu_call_seconds, gpu_serving, serving_key, stage_gpu_latency_s, tp_cap
@@ -201,9 +201,18 @@ def resolve_groups(
     groups: list[_Group] = []
     for i, g in enumerate(config.servers):
         where = f"servers[{i}]"
-        chassis = catalog.chassis[g.chassis]
-        cpu = catalog.cpus[g.cpu]
-        gpu = catalog.gpus[g.gpu] if g.gpu else None
+        try:
+            chassis = catalog.chassis[g.chassis]
+        except UnknownId as e:
+            raise ValueError(f"{where}.chassis: {e}") from None
+        try:
+            cpu = catalog.cpus[g.cpu]
+        except UnknownId as e:
+            raise ValueError(f"{where}.cpu: {e}") from None
+        try:
+            gpu = catalog.gpus[g.gpu] if g.gpu else None
+        except UnknownId as e:
+            raise ValueError(f"{where}.gpu: {e}") from None
         if not chassis.accepts_cpu(cpu):
             raise ValueError(f"{where}: chassis {chassis.id} does not take CPU {cpu.id} (platform {cpu.platform})")
         if gpu is not None:

@@ -93,8 +93,8 @@ class Station:
 @dataclass(frozen=True)
 class ClosedResult:
     population: int
-    throughput_by_population: np.ndarray
-    """X(n) for n = 1..N, tasks per second."""
+    throughput_at: float
+    """X(N), tasks per second."""
     queue_length: np.ndarray
     """Mean tasks at each station at population N (think/delay station excluded)."""
     residence_s: np.ndarray
@@ -103,7 +103,7 @@ class ClosedResult:
 
     @property
     def throughput(self) -> float:
-        return float(self.throughput_by_population[-1])
+        return self.throughput_at
 
 
 def _log_station(st: Station, n_max: int) -> np.ndarray:
@@ -173,17 +173,18 @@ def exact_mva(stations: Sequence[Station], think_s: float, population: int, queu
             x_tilt = float(xs[-1])
     ql = np.full(len(stations), np.nan)
     if queue_lengths:
-        # E[n_k] = D_k d log G(N) / d D_k, since station k's factor is proportional to D_k^n (central difference).
-        h = 1e-4
+        # Marginal of station k: P(n_k = j) = f_k(j) G_-k(N - j) / G(N), with G_-k the network without k.
         for i in range(len(stations)):
             if stations[i].demand_s <= 0:
                 ql[i] = 0.0
                 continue
-            up = log_g([lf + h * n_idx if j == i else lf for j, lf in enumerate(logs)], delay)[-1]
-            dn = log_g([lf - h * n_idx if j == i else lf for j, lf in enumerate(logs)], delay)[-1]
-            ql[i] = (up - dn) / (2 * h)
+            rest = log_g([lf for j, lf in enumerate(logs) if j != i], delay)
+            with np.errstate(invalid="ignore"):
+                logp = logs[i] + rest[::-1] - total[-1]
+            p = np.exp(np.where(np.isfinite(logp), logp, -np.inf))
+            ql[i] = float(np.sum(n_idx * p) / np.sum(p))
     x = float(xs[-1])
-    return ClosedResult(n_max, xs, ql, ql / x, think_s)
+    return ClosedResult(n_max, x, ql, ql / x, think_s)
 
 
 def birth_death_mean_number(arrival_rate: float, rate: Callable[[np.ndarray], np.ndarray], cap: int) -> float:
