@@ -380,7 +380,8 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
         req = req.model_copy(update={"time_limit_s": cap(req.time_limit_s),
                                      "sweep_time_limit_s": min(req.sweep_time_limit_s,
                                                                settings.report_sweep_time_limit_s,
-                                                               settings.time_limit_cap_s)})
+                                                               settings.time_limit_cap_s),
+                                     "sweep_budget_s": min(req.sweep_budget_s, settings.report_sweep_budget_s)})
 
         def run():
             html, data = render_report(req, get_catalog())

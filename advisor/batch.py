@@ -378,6 +378,7 @@ class Runner:
             for p in procs:
                 try:
                     p.kill()
+                    p.join(2)
                 except Exception:  # noqa: BLE001
                     pass
             self._executor = None

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import csv
-import html
 import io
 import json
 import math
-from collections import Counter, defaultdict
+import re
+from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ def svg_of(fig) -> str:
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "rack-advisor"}):
         fig.savefig(buf, format="svg", bbox_inches="tight")
-    text = buf.getvalue()
+    text = re.sub(r"<metadata>.*?</metadata>\s*", "", buf.getvalue(), flags=re.S)
     start = text.find("<svg")
     return text[start:] if start >= 0 else text
 
@@ -143,10 +143,10 @@ def _charts(rows: list[dict], piv: list[dict]) -> list[dict]:
 
 
 def render_html(rows: list[dict], title: str = "rack-advisor batch") -> str:
-    from jinja2 import Environment, PackageLoader, select_autoescape
+    import templates
+    from jinja2 import Environment, FileSystemLoader
 
-    env = Environment(loader=PackageLoader("templates", "."), autoescape=select_autoescape(default=True,
-                      default_for_string=True, enabled_extensions=("html", "j2")))
+    env = Environment(loader=FileSystemLoader(Path(templates.__file__).parent), autoescape=True)
     env.filters["num"] = lambda v, d=0: "" if v is None else f"{v:,.{d}f}"
     piv = pivot(rows)
     layouts = [lay for lay in LAYOUT_ORDER if any(r["layout"] == lay for r in rows)]
@@ -174,7 +174,3 @@ def export_all(out_dir: Path | str, scenarios: list[str] | None = None) -> dict[
     p.write_text(render_html(rows, title=f"rack-advisor batch: {out.name}"), encoding="utf-8")
     paths["html"] = p
     return paths
-
-
-def escape(s: str) -> str:
-    return html.escape(s, quote=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from typing import Literal
 
 from pydantic import Field
@@ -11,7 +12,7 @@ from pydantic import Field
 from advisor.formulation import Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound, power_terms
 from advisor.options import Layout, ServerOption, enumerate_options, prune_dominated
 from advisor.settings import OptimizerSettings
-from advisor.solver import LinearModel, Solution, solve
+from advisor.solver import LinearModel, Solution, Var, solve
 from models.base import Frozen
 from models.catalog import Catalog
 from models.config import Configuration, Queue, ServerGroup
@@ -23,6 +24,11 @@ from models.workload import CpuStage, DelayStage, GpuStage, Workload
 Objective = Literal["max_throughput", "min_cost", "min_power"]
 MIN_USEFUL_TASKS_PER_HOUR = 1.0
 """Target used to diagnose a request where nothing fits: the budgets that would let one task per hour through."""
+MATERIAL_GAIN = 1e-6
+"""A fallback answer replaces the search's own only when it delivers more by this relative margin (the search's
+tie-breaks may give up to `throughput_tie_tolerance` of throughput for lower power)."""
+RELAXES = {"hybrid": "b", "b": "a"}
+"""Each layout's feasible set contains the one named here."""
 BUDGET_GROUPS = ("power", "cooling_air", "cooling_liquid", "space", "capital")
 BUDGET_UNITS = {"power": "W", "cooling_air": "W", "cooling_liquid": "W", "space": "U", "capital": "USD"}
 
@@ -134,15 +140,27 @@ def _fix(model: LinearModel, name: str, terms: dict[str, float], sense: str, rhs
 
 
 class _Clock:
+    """The whole optimization's time budget. Loops stop starting new solves once it is spent; a solve already
+    due gets at least MIN_SOLVE_S so that it can return its best solution so far."""
+
+    MIN_SOLVE_S = 1.0
+
     def __init__(self, limit: float):
         self.t0, self.limit = time.perf_counter(), limit
 
+    def remaining(self) -> float:
+        return self.limit - (time.perf_counter() - self.t0)
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0
+
     def left(self) -> float:
-        return max(1.0, self.limit - (time.perf_counter() - self.t0))
+        return max(self.MIN_SOLVE_S, self.remaining())
 
 
 def _solve_stages(b: Built, p: Problem, layout: Layout, objective: Objective, backend: str,
-                  s: OptimizerSettings, clock: _Clock) -> tuple[Solution, LinearModel, list[str]]:
+                  s: OptimizerSettings, clock: _Clock, hint: dict[str, float] | None = None
+                  ) -> tuple[Solution, LinearModel, list[str]]:
     """Lexicographic stages; returns the final solution and model."""
     notes: list[str] = []
     model = b.model
@@ -172,7 +190,7 @@ def _solve_stages(b: Built, p: Problem, layout: Layout, objective: Objective, ba
                 m.objective[k] = m.objective.get(k, 0.0) - 0.25 * budget * v / total_cost
         for v in b.u.values():  # canonical: reserve no more orchestration cores than needed
             m.objective[v] = -0.25 * budget / total_cores
-        sol = solve(m, backend, clock.left(), s.mip_gap)
+        sol = solve(m, backend, clock.left(), s.mip_gap, hint=hint)
         return sol, m, notes
     if p.required_tasks_per_hour is None:
         raise ValueError(f"objective {objective} needs required_tasks_per_hour")
@@ -184,16 +202,26 @@ def _solve_stages(b: Built, p: Problem, layout: Layout, objective: Objective, ba
     return solve(m2, backend, clock.left(), s.mip_gap), m2, notes
 
 
+def _without_count_bounds(b: Built) -> dict:
+    """Server-count variables without the per-rack upper bounds (those bounds are derived from the budgets, so a
+    what-if that moves a budget must not keep them)."""
+    counts = set(b.n.values())
+    return {k: (Var(v.name, v.lb, None, v.integer) if k in counts else v) for k, v in b.model.vars.items()}
+
+
 def _diagnose(b: Built, p: Problem, backend: str, s: OptimizerSettings, clock: _Clock) -> list[Infeasibility]:
     """Which single budget, raised, makes the request feasible, and by how much (minimum extra per rack)."""
     out: list[Infeasibility] = []
     if not p.options:
         return out
+    if b.has_sku_choice:  # big-M constants there come from the budgets too: diagnose the capacity model
+        b = build(p, memory=False)
+    free = _without_count_bounds(b)
     for g in BUDGET_GROUPS:
         cons = [c for c in b.model.constraints if c.group == g]
         if not cons:
             continue
-        m = LinearModel("diagnose", dict(b.model.vars), [c for c in b.model.constraints if c.group != g], {}, False)
+        m = LinearModel("diagnose", dict(free), [c for c in b.model.constraints if c.group != g], {}, False)
         slack = m.var("slack", 0, None)
         for c in cons:
             m.add(c.name, c.group, {**c.terms, slack: -1.0}, c.sense, c.rhs)
@@ -212,7 +240,7 @@ def _diagnose(b: Built, p: Problem, backend: str, s: OptimizerSettings, clock: _
         return out
     # No single budget is enough: relax them together, minimizing the sum of relative increases.
     groups = [g for g in BUDGET_GROUPS if any(c.group == g for c in b.model.constraints)]
-    m = LinearModel("diagnose_joint", dict(b.model.vars), [c for c in b.model.constraints if c.group not in groups],
+    m = LinearModel("diagnose_joint", dict(free), [c for c in b.model.constraints if c.group not in groups],
                     {}, False)
     slack = {g: m.var(f"slack_{g}", 0, None) for g in groups}
     rhs = {}
@@ -316,7 +344,7 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
         takes = None
         if explain_resolve and x_best > 0:
             cons = [c for c in b.model.constraints if c.group == g]
-            m = LinearModel("what_if", dict(b.model.vars),
+            m = LinearModel("what_if", _without_count_bounds(b),
                             [c if c.group != g else type(c)(c.name, c.group, c.terms, c.sense, c.rhs * 1.1)
                              for c in b.model.constraints], {b.x: 1.0}, True)
             if layout == "a":
@@ -359,11 +387,11 @@ def optimize(
         catalog, workload, rack, layout, s.layout_a_orchestration_cores_per_gpu,
         s.assumptions.host_os_reserved_memory_gb, s.assumptions.tensor_parallel_domain_gpus, gpu_ids, cpu_ids)
     warnings_pre: list[str] = []
-    if capital_budget_usd is not None:
+    if capital_budget_usd is not None or objective == "min_cost":
         priced = [o for o in options if o.profile.price_usd is not None]
         if len(priced) < len(options):
-            warnings_pre.append(f"capital budget: {len(options) - len(priced)} candidate servers without a known "
-                                "price were left out")
+            warnings_pre.append(f"{len(options) - len(priced)} candidate servers without a known price were left "
+                                "out (a capital budget or a cost objective needs prices)")
         if not priced:
             raise ValueError("a capital budget needs server prices, and no candidate server has a complete price "
                              "(chassis + CPUs + GPUs); add price_usd to the catalog entries you consider")
@@ -371,48 +399,133 @@ def optimize(
     # Without sandbox memory in play only capacity matters, so a smaller Pareto set of servers is exact.
     capacity_options = options if (capital_budget_usd is not None or objective != "max_throughput") else \
         prune_dominated(options, capacity_only=True)
-    best = None
+    best = None  # (key, problem snapshot, built, solution, notes, coupled)
+    any_coupled = False
+    single = None
+    if racks > 1 and objective == "max_throughput":
+        # R copies of the best single rack are a valid answer for R identical racks; the row search must beat it.
+        single = optimize(workload, rack, catalog, layout=layout, racks=1, backend=backend,
+                          time_limit_s=max(1.0, clock.remaining() / 3), objective=objective,
+                          capital_budget_usd=None, gpu_ids=gpu_ids, cpu_ids=cpu_ids, settings=settings,
+                          explain=False) if capital_budget_usd is None else None
     for pi, part in enumerate(partitions(workload, layout, servings)):
         if pi > 0 and best is not None and not best[5]:
             break  # without memory or tail limits in play one shared queue is never worse than split ones
+        if pi > 0 and clock.expired():
+            break
         p = Problem(workload, rack, racks, capacity_options, servings, part, capital_budget_usd,
                     required_tasks_per_hour)
         # Sandbox memory needs SKU-choice binaries; solve without it first and keep that answer when the evaluator
         # confirms memory does not bind (the relaxation's optimum is then optimal for the full problem).
         memory = False
-        for _ in range(s.slo_iterations):
+        coupled = False
+        for it in range(s.slo_iterations):
+            if it > 0 and clock.expired():
+                break
             p.options = options if memory else capacity_options
             b = build(p, memory=memory)
-            sol, _, notes = _solve_stages(b, p, layout, objective, backend, s, clock)
+            hint = _replicated_start(b, p, layout, objective, backend, s, clock, memory) if racks > 1 else None
+            sol, _, notes = _solve_stages(b, p, layout, objective, backend, s, clock, hint)
             if not sol.has_solution or b.x not in sol.values:
+                if best is None or (best[0][0] < 0 and not best[3].has_solution):
+                    best = ((-1.0, 0.0), replace(p), b, sol, notes, coupled)
                 break
             ev = _evaluate_solution(b, p, sol, layout, s)
+            x_mip = sol.values[b.x]
+            x_eval = ev.throughput_tasks_per_hour if ev is not None else 0.0
+            power = sum(power_terms(b, p).get(k, 0) * v for k, v in sol.values.items())
+            # Every candidate is judged by what the evaluator says it delivers.
+            key = (x_eval, -power)
+            if best is None or key > best[0]:
+                best = (key, replace(p, utilization_caps=dict(p.utilization_caps)), b, sol, notes, False)
             if ev is None:
                 break
-            x_mip = sol.values[b.x]
             short = [bd for bd in ev.bounds if bd.tasks_per_hour < x_mip * (1 - 1e-7)]
             if not memory and any(bd.kind == "memory" for bd in short):
-                memory = True
+                memory = coupled = True
                 continue
-            slo_short = [bd for bd in short if bd.kind == "slo"]
             caps = _slo_caps(ev, p.workload, s)
-            if not slo_short and all(abs(caps.get(q, 1.0) - p.utilization_caps.get(q, 1.0)) < 1e-9 or
-                                     caps.get(q, 1.0) <= p.utilization_caps.get(q, 1.0) for q in caps):
-                break
-            if not slo_short and ev.throughput_tasks_per_hour <= x_mip * (1 + 1e-7):
-                break
+            if not any(bd.kind == "slo" for bd in short) and x_eval <= x_mip * (1 + 1e-7):
+                break  # the answer delivers what the MILP predicted
+            coupled = True
+            if all(abs(caps.get(q, 1.0) - p.utilization_caps.get(q, 1.0)) < 1e-9 for q in caps):
+                break  # caps settled
             p.utilization_caps = caps
-        else:
-            notes = notes + ["the tail-wait iteration stopped at its limit: the reported throughput is the "
-                             "evaluator's, which meets the tool-wait target; a better answer may exist"]
-        key = (sol.values.get(b.x, -1.0) if sol.has_solution else -1.0,
-               -sum(power_terms(b, p).get(k, 0) * v for k, v in sol.values.items()) if sol.has_solution else 0)
-        coupled = memory or bool(p.utilization_caps)
-        if best is None or key > best[0]:
-            best = (key, p, b, sol, notes, coupled)
+        if best is not None and best[1].partition == part:
+            best = (*best[:5], coupled)
+        any_coupled = any_coupled or coupled
     _, p, b, sol, notes, _ = best
     notes = warnings_pre + notes
-    return _result(p, b, sol, notes, layout, backend, s, clock, t0, explain)
+    result = _result(p, b, sol, notes, layout, backend, s, clock, t0, explain)
+    if racks > 1 and single is not None and single.configuration:
+        rep = _replicate(single, racks, p, layout, backend, s, t0)
+        if rep is not None and rep.throughput_tasks_per_hour > result.throughput_tasks_per_hour * (1 + MATERIAL_GAIN):
+            result = rep
+    if any_coupled and layout in RELAXES and objective == "max_throughput":
+        # Memory or tail-wait limits made the search heuristic: an answer of the layout this one relaxes is also
+        # an answer here, so never return less than it (keeps hybrid >= B >= A).
+        sub = optimize(workload, rack, catalog, layout=RELAXES[layout], racks=racks, backend=backend,
+                       time_limit_s=max(1.0, clock.remaining()), objective=objective,
+                       required_tasks_per_hour=required_tasks_per_hour, capital_budget_usd=capital_budget_usd,
+                       gpu_ids=gpu_ids, cpu_ids=cpu_ids, settings=settings, explain=explain)
+        if sub.throughput_tasks_per_hour > result.throughput_tasks_per_hour * (1 + MATERIAL_GAIN):
+            result = sub.model_copy(update={
+                "layout": layout, "seconds": time.perf_counter() - t0,
+                "warnings": sub.warnings + [f"layout {RELAXES[layout]}'s answer (also valid for {layout}) delivers "
+                                            "more under the tail-wait/memory limits than this layout's own search"]})
+    return result
+
+
+def _replicated_start(b: Built, p: Problem, layout: Layout, objective: Objective, backend: str,
+                      s: OptimizerSettings, clock: _Clock, memory: bool) -> dict[str, float] | None:
+    """A starting point for R identical racks: R copies of the best single rack (feasible, since every rack has the
+    same budgets and row-level quantities scale by R). Identical racks make the search symmetric; starting from
+    this copy means the answer is never worse than it."""
+    if objective != "max_throughput" or layout == "a":
+        return None
+    p1 = replace(p, racks=1, utilization_caps=dict(p.utilization_caps))
+    b1 = build(p1, memory=memory)
+    sol1, _, _ = _solve_stages(b1, p1, layout, objective, backend, s, clock)
+    if not sol1.has_solution:
+        return None
+    hint: dict[str, float] = {}
+    count_names = set(b1.n.values())
+    for name, val in sol1.values.items():
+        if name in count_names:
+            i = next(i for (_, i), v in b1.n.items() if v == name)
+            for r in range(p.racks):
+                if (r, i) in b.n:
+                    hint[b.n[r, i]] = round(val)
+        elif b1.model.vars[name].integer:
+            hint[name] = round(val)  # SKU choices stay the same
+        else:
+            hint[name] = val * p.racks  # row-level flows and core counts scale with the racks
+    return hint
+
+
+def _replicate(single: OptimizeResult, racks: int, p: Problem, layout: Layout, backend: str,
+               s: OptimizerSettings, t0: float) -> OptimizeResult | None:
+    """The single-rack answer copied into every rack, evaluated as a row (tool queues pool across racks)."""
+    cfg = Configuration.model_validate(single.configuration)
+    groups = [g.model_copy(update={"rack": r}) for r in range(racks) for g in cfg.servers]
+    row = cfg.model_copy(update={"racks": racks, "servers": groups, "name": f"layout {layout}"})
+    ev = evaluate(row, p.workload, p.rack, _catalog_of(p), s.assumptions)
+    if not ev.within_budgets:
+        return None
+    choices = [ServerChoice(chassis=g.chassis, cpu=g.cpu, gpu=g.gpu, gpus_per_server=g.gpus_per_server,
+                            count=g.count, rack=g.rack, orchestration_cores_per_gpu=g.orchestration_cores_per_gpu,
+                            queue_cores=g.queue_cores or {}, power_w_each=c.power_w_each, space_u_each=c.space_u_each)
+               for g, c in zip(groups, [c for _ in range(racks) for c in single.servers])]
+    return single.model_copy(update={
+        "seconds": time.perf_counter() - t0, "throughput_tasks_per_hour": ev.throughput_tasks_per_hour,
+        "predicted_tasks_per_hour": ev.throughput_tasks_per_hour, "servers": choices,
+        "queues": [q.model_dump() for q in ev.queues], "power_w": ev.power_w, "space_u": ev.space_u,
+        "air_heat_w": ev.air_heat_w, "liquid_heat_w": ev.liquid_heat_w, "gpu_idle_fraction": ev.gpu_idle_fraction,
+        "bottleneck": ev.bottleneck, "configuration": row.model_dump(mode="json", exclude_none=True),
+        "evaluation": ev, "constraints": [], "shadow_prices": [], "message": _summary(ev, single.binding_constraints),
+        "status": "feasible" if single.status == "optimal" else single.status, "gap": None,
+        "warnings": single.warnings + [f"the row search did not beat {racks} copies of the best single rack; "
+                                       "this is that copy (status feasible: not proven optimal for the row)"]})
 
 
 def _evaluate_solution(b: Built, p: Problem, sol: Solution, layout: Layout, s: OptimizerSettings) -> Evaluation | None:

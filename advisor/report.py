@@ -72,6 +72,8 @@ class ReportRequest(BaseModel):
     """Tool-time sweep: every CPU stage's core_seconds multiplied by these factors."""
     sweep_time_limit_s: float = Field(default=5.0, gt=0)
     """Solver time limit per sweep point and layout."""
+    sweep_budget_s: float = Field(default=20.0, gt=0)
+    """Wall-clock budget for both sweeps together (half each); points left when it runs out are marked skipped."""
     alert_headroom: float = Field(default=0.5, gt=0, lt=1)
     """Alert thresholds sit this far from the model's operating-point value towards the metric's limit
     (0.5: halfway between the expected utilization and saturation)."""
@@ -116,6 +118,19 @@ def pct(x: Any, digits: int = 0) -> str:
     return fmt(x, f".{digits}%")
 
 
+def secs(x: float | None) -> str:
+    """A wait or duration: ms below a second, '< 1 ms' when the model says practically none."""
+    if x is None:
+        return "n/a"
+    if not math.isfinite(x):
+        return "unbounded"
+    if x < 0.001:
+        return "< 1 ms"
+    if x < 1:
+        return f"{x * 1000:,.0f} ms"
+    return f"{x:,.2f} s"
+
+
 _URL = re.compile(r"https?://[^\s<>\"'),;]+")
 
 
@@ -146,6 +161,23 @@ def _per_1000(power_w: float, tph: float) -> float | None:
 def _best(results: list[OptimizeResult]) -> OptimizeResult:
     """Same rule as compare_layouts: most tasks/h, then least power."""
     return max(results, key=lambda r: (r.throughput_tasks_per_hour, -r.power_w))
+
+
+TIE_RTOL = 1e-4
+"""Throughputs closer than this (relative), or than the solvers' reported gaps, count as a tie."""
+
+
+def _tied(results: list[OptimizeResult]) -> list[str]:
+    """Layouts whose throughput ties the best one's (within TIE_RTOL or the solver gaps)."""
+    top = max(r.throughput_tasks_per_hour for r in results)
+    if top <= 0:
+        return []
+    out = []
+    for r in results:
+        tol = max(TIE_RTOL, r.gap or 0.0) * top
+        if top - r.throughput_tasks_per_hour <= tol:
+            out.append(r.layout)
+    return out
 
 
 def _truncate(s: str, n: int) -> str:
@@ -458,36 +490,49 @@ def _tool_share(ev: Evaluation | None) -> float | None:
 
 
 def sweep(kind: Literal["power", "tools"], factors: list[float], w: Workload, rack: Rack, cat: Catalog,
-          base: list[OptimizeResult], kw: dict) -> dict:
+          base: list[OptimizeResult], kw: dict, budget_s: float) -> dict:
+    """Re-optimize every layout at each factor. Layouts A and B (cheap) go first at every point, hybrid last, so a
+    spent budget leaves hybrid points out rather than whole points; those are marked skipped."""
+    deadline = time.perf_counter() + budget_s
+    got: dict[float, dict[str, OptimizeResult]] = {f: {} for f in factors}
+    for lay in LAYOUTS:
+        for f in factors:
+            if abs(f - 1.0) < 1e-12:
+                got[f][lay] = next(r for r in base if r.layout == lay)
+            elif time.perf_counter() < deadline:
+                if kind == "power":
+                    w2, r2 = w, rack.model_copy(update={"power_kw": rack.power_kw * f})
+                else:
+                    w2, r2 = _scale_tools(w, f), rack
+                got[f][lay] = optimize(w2, r2, cat, layout=lay, explain=False, **kw)
     points = []
     for f in factors:
-        if abs(f - 1.0) < 1e-12:
-            results = base
-        else:
-            if kind == "power":
-                w2, r2 = w, rack.model_copy(update={"power_kw": rack.power_kw * f})
-            else:
-                w2, r2 = _scale_tools(w, f), rack
-            results = [optimize(w2, r2, cat, layout=lay, explain=False, **kw) for lay in LAYOUTS]
-        best = _best(results)
-        share = _tool_share(best.evaluation)
+        res = got[f]
+        complete = len(res) == len(LAYOUTS)
+        best = _best(list(res.values())) if complete else None
+        tied = _tied(list(res.values())) if complete else []
+        share = _tool_share(best.evaluation) if best else None
         if kind == "power":
             x, tick = rack.power_kw * f, f"{rack.power_kw * f:,.0f} kW\n({f:g}x)"
         else:
             x, tick = f, f"{f:g}x" + (f"\n({share:.0%} tools)" if share is not None else "")
         points.append({
             "factor": f, "x": x, "tick": tick,
-            "throughput": {r.layout: r.throughput_tasks_per_hour for r in results},
-            "status": {r.layout: r.status for r in results},
-            "best": best.layout if best.throughput_tasks_per_hour > 0 else None, "tool_share": share,
+            "throughput": {lay: res[lay].throughput_tasks_per_hour if lay in res else None for lay in LAYOUTS},
+            "status": {lay: res[lay].status if lay in res else "skipped" for lay in LAYOUTS},
+            "best": best.layout if best and best.throughput_tasks_per_hour > 0 else None, "tied": tied,
+            "tool_share": share,
         })
     changes = []
-    for p, q in zip(points, points[1:]):
-        if p["best"] != q["best"] and p["best"] and q["best"]:
+    done = [p for p in points if "skipped" not in p["status"].values()]
+    for p, q in zip(done, done[1:]):
+        # a change only when neither point's best layout ties the other point's best
+        if p["best"] and q["best"] and p["best"] not in q["tied"] and q["best"] not in p["tied"]:
             mid = math.sqrt(p["x"] * q["x"]) if kind == "tools" else (p["x"] + q["x"]) / 2
             changes.append({"after": p["factor"], "before": q["factor"], "x_mid": mid,
                             "from": p["best"], "to": q["best"]})
-    return {"kind": kind, "points": points, "changes": changes}
+    skipped = [f"{p['factor']:g}x {lay}" for p in points for lay, st in p["status"].items() if st == "skipped"]
+    return {"kind": kind, "points": points, "changes": changes, "skipped": skipped, "budget_s": budget_s}
 
 
 def _most_used(res: OptimizeResult, cat: Catalog, kind: str) -> str | None:
@@ -600,11 +645,11 @@ def operations(res: OptimizeResult, w: Workload, assumptions: ModelAssumptions, 
              "basis": f"busy cores {u:.0%} of {q.cores:,.0f} plus waiting calls x {q.mean_parallelism:.2f} cores "
                       f"(M/M/{q.servers}); alert at {u_alert:.0%} load"},
             {"metric": f"Tool-call wait for a core, {tail_label}, queue {q.name}", "scope": "scheduler / sandbox pool",
-             "expected": fmt(wait_op, ",.2f", "s"), "alert": f"> {fmt(wait_alert, ',.2f', 's')}",
+             "expected": secs(wait_op), "alert": f"> {secs(max(wait_alert, 0.001))}",
              "basis": f"models.queueing.mmc_wait_quantile(c={q.servers}, λ={lam_c:.3f}/s, "
                       f"call {q.mean_call_s:.2f} s) at {u:.0%} and at {u_alert:.0%} load"},
             {"metric": f"Sandbox start time, {tail_label}, queue {q.name}", "scope": "sandbox runtime",
-             "expected": "pilot baseline", "alert": f"> baseline + {fmt(wait_alert, ',.2f', 's')}",
+             "expected": "pilot baseline", "alert": f"> baseline + {secs(max(wait_alert, 0.001))}",
              "basis": "the model has no sandbox start cost; a start waits for a core like a tool call, so alert "
                       "when it grows by more than the core wait at alert load"},
             {"metric": f"I/O wait share of core time, queue {q.name}", "scope": "tool hosts",
@@ -797,8 +842,9 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
     sweeps: dict[str, dict] = {}
     if req.sensitivity:
         skw = dict(kw, time_limit_s=min(req.sweep_time_limit_s, req.time_limit_s))
-        sweeps["power"] = sweep("power", req.power_factors, w, rack, cat, cmp.results, skw)
-        sweeps["tools"] = sweep("tools", req.tool_factors, w, rack, cat, cmp.results, skw)
+        sweeps["power"] = sweep("power", req.power_factors, w, rack, cat, cmp.results, skw, req.sweep_budget_s / 2)
+        left = req.sweep_budget_s - (time.perf_counter() - t1)
+        sweeps["tools"] = sweep("tools", req.tool_factors, w, rack, cat, cmp.results, skw, max(left, 0.0))
     timing["sweeps_s"] = time.perf_counter() - t1
 
     t1 = time.perf_counter()
@@ -866,10 +912,12 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
         "split": split, "charts": charts, "sweeps": sweeps, "cvr": cvr, "cvr_error": cvr_error,
         "story": layout_story(cmp, cat), "ops": ops, "risks": risks(res, cmp, sweeps, src, w),
         "pilot": pilot_plan(res, w, rack, cat, req.racks, s.assumptions), "sources": src,
-        "assumptions": field_docs(s.assumptions), "optimizer_settings": field_docs(s),
+        "assumptions": field_docs(s.assumptions),
+        "optimizer_settings": [f for f in field_docs(s) if f["name"] not in ("assumptions", "time_limit_s")],
         "report_settings": [{"name": n, "value": getattr(req, n), "doc": f.description or ""}
                             for n, f in ReportRequest.model_fields.items()
-                            if n in ("power_factors", "tool_factors", "sweep_time_limit_s", "alert_headroom")],
+                            if n in ("solver", "time_limit_s", "power_factors", "tool_factors", "sweep_time_limit_s",
+                                     "sweep_budget_s", "alert_headroom")],
         "constraints": [c for c in res.constraints if c.group in BUDGET_GROUPS],
         "bounds": sorted(ev.bounds, key=lambda b: b.tasks_per_hour) if ev else [],
         "per_1000": {r.layout: _per_1000(r.power_w, r.throughput_tasks_per_hour) for r in cmp.results},

@@ -481,7 +481,8 @@ def _check_key(k: Any, where: str) -> str:
 
 def _value_label(v: Any) -> str:
     if isinstance(v, float):
-        return f"{v:.6g}"
+        s = f"{v:.6g}"
+        return s if float(s) == v else repr(v)
     return str(v) if not isinstance(v, (dict, list)) else canonical_json(v)
 
 

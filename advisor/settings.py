@@ -18,7 +18,7 @@ class OptimizerSettings(Frozen):
     """Relative optimality gap at which a solve stops."""
     throughput_tie_tolerance: float = Field(default=1e-7, ge=0, lt=1e-2)
     """When breaking ties by power and cost, keep throughput within this relative distance of the optimum."""
-    slo_iterations: int = Field(default=8, gt=0)
+    slo_iterations: int = Field(default=5, gt=0)
     """Solves allowed to settle per-queue utilization caps for a tool-wait target (and to add sandbox memory)."""
     assumptions: ModelAssumptions = ModelAssumptions()
     """Pipeline-model assumptions used to evaluate options."""

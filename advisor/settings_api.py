@@ -53,3 +53,5 @@ class ApiSettings(BaseSettings):
     """How long a request may wait for a solve slot before it is answered 503 with Retry-After."""
     report_sweep_time_limit_s: float = Field(default=5.0, gt=0)
     """Solver time limit per point of a report's sensitivity sweeps."""
+    report_sweep_budget_s: float = Field(default=20.0, gt=0)
+    """Wall-clock budget for a report's sensitivity sweeps."""

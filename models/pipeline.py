@@ -468,6 +468,11 @@ def evaluate(
                      for q in queues}
     n_mem = min((qmem[q] / m for q, m in mem_per_agent.items() if m > 0), default=math.inf)
     n_agents = op.agents if op.agents is not None else (int(n_mem) if math.isfinite(n_mem) else None)
+    if op.agents is not None and math.isfinite(n_mem) and op.agents > n_mem:
+        # Only the agents whose sandboxes fit are live; the others wait outside the network.
+        n_agents = max(1, int(n_mem))
+        warnings.append(f"sandbox memory holds {int(n_mem):,} live tasks; the other {op.agents - int(n_mem):,} "
+                        "agents wait for memory and the closed loop is solved for the live ones")
     mva_stations: list[Station] = []
     if n_agents is not None and n_agents >= 1:
         capped = n_agents > a.max_closed_loop_agents
@@ -586,7 +591,17 @@ def evaluate(
         if cpu_work[q.name] > 0:
             util[f"cpu:{q.name}"] = lam * cpu_work[q.name] / qcap[q.name] if qcap[q.name] > 0 else math.inf
         if mem_demand[q.name] > 0:
-            util[f"memory:{q.name}"] = lam * mem_demand[q.name] / qmem[q.name] if qmem[q.name] > 0 else math.inf
+            # Live sandboxes at the operating point last the *loaded* task time (queueing and batching included),
+            # longer than the unloaded time the memory bound uses; flag when they would not fit.
+            loaded = sum(c.share * c.sandbox_memory_gb * (m if stable else unloaded[c.name])
+                         for c, m in zip(workload.classes, means) if class_queue.get(c.name) == q.name)
+            u_mem = lam * loaded / qmem[q.name] if qmem[q.name] > 0 else math.inf
+            util[f"memory:{q.name}"] = u_mem
+            if u_mem > 1.0:
+                warnings.append(
+                    f"memory:{q.name}: at the operating point live sandboxes need {lam * loaded:,.0f} GB but "
+                    f"{qmem[q.name]:,.0f} GB are available; with task times stretched by load, sandbox memory "
+                    "limits throughput below the figure shown (see docs/validation.md)")
     queue_figs = [QueueFigures(
         name=q.name, classes=list(q.classes), cores=qcores[q.name], per_core_perf=qperf[q.name],
         servers=qservers.get(q.name, 0), mean_call_s=qmean_call.get(q.name, 0.0),

@@ -60,13 +60,17 @@ def _cbc_log_facts(path: str, maximize: bool) -> tuple[float | None, bool]:
     return bound, "Stopped on time limit" in text
 
 
-def solve_cbc(model: LinearModel, time_limit_s: float, gap: float, threads: int = 1) -> Solution:
+def solve_cbc(model: LinearModel, time_limit_s: float, gap: float, threads: int = 1,
+              hint: dict[str, float] | None = None) -> Solution:
     prob, v, cons = to_pulp(model)
+    for name, val in (hint or {}).items():
+        if name in v:
+            v[name].setInitialValue(val)
     is_mip = any(x.integer for x in model.vars.values())
     fd, log_path = tempfile.mkstemp(prefix="cbc-", suffix=".log")
     os.close(fd)
     solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(time_limit_s)), gapRel=gap, threads=threads,
-                               logPath=log_path)
+                               logPath=log_path, warmStart=bool(hint))
     t0 = time.perf_counter()
     try:
         prob.solve(solver)
@@ -99,7 +103,8 @@ def solve_cbc(model: LinearModel, time_limit_s: float, gap: float, threads: int 
                             seconds=secs, duals=duals, backend="cbc"), is_mip)
 
 
-def solve_ortools(model: LinearModel, time_limit_s: float, gap: float, threads: int = 1) -> Solution:
+def solve_ortools(model: LinearModel, time_limit_s: float, gap: float, threads: int = 1,
+                  hint: dict[str, float] | None = None) -> Solution:
     from ortools.linear_solver import pywraplp
 
     is_mip = any(x.integer for x in model.vars.values())
@@ -119,6 +124,9 @@ def solve_ortools(model: LinearModel, time_limit_s: float, gap: float, threads: 
     for n, a in model.objective.items():
         obj.SetCoefficient(v[n], a)
     obj.SetMaximization() if model.maximize else obj.SetMinimization()
+    if hint:
+        names = [n for n in hint if n in v]
+        s.SetHint([v[n] for n in names], [hint[n] for n in names])
     s.SetTimeLimit(int(max(1.0, time_limit_s) * 1000))
     s.SetNumThreads(threads)
     params = pywraplp.MPSolverParameters()
@@ -165,9 +173,11 @@ def _finish(sol: Solution, is_mip: bool) -> Solution:
 BACKENDS: dict[str, Callable[..., Solution]] = {"cbc": solve_cbc, "ortools": solve_ortools}
 
 
-def solve(model: LinearModel, backend: str = "cbc", time_limit_s: float = 60.0, gap: float = 1e-6) -> Solution:
+def solve(model: LinearModel, backend: str = "cbc", time_limit_s: float = 60.0, gap: float = 1e-6,
+          hint: dict[str, float] | None = None) -> Solution:
+    """Solve; `hint` is a feasible starting point (variable name to value) the solver may begin from."""
     try:
         fn = BACKENDS[backend]
     except KeyError:
         raise ValueError(f"unknown solver {backend!r}; choose one of {', '.join(BACKENDS)}") from None
-    return fn(model, time_limit_s, gap)
+    return fn(model, time_limit_s, gap, hint=hint)

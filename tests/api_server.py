@@ -1,0 +1,71 @@
+"""Start a real `advisor serve` (uvicorn) in a subprocess on a free loopback port, for the API tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+MINI = ROOT / "tests" / "data" / "mini"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, workdir: Path, **settings):
+        self.workdir = workdir
+        self.settings = {"database": str(workdir / "advisor.db"), "catalog": str(MINI), **settings}
+        self.proc: subprocess.Popen | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 60.0) -> "Server":
+        self.port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ADVISOR_")}
+        env.update({f"ADVISOR_{k.upper()}": str(v) for k, v in self.settings.items()})
+        env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+        log = open(self.workdir / f"server-{self.port}.log", "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "from advisor.cli import main; main()", "serve", "--host", "127.0.0.1",
+             "--port", str(self.port), "--log-level", "warning"],
+            cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: "
+                                   + (self.workdir / f"server-{self.port}.log").read_text())
+            try:
+                if httpx.get(self.url + "/healthz", timeout=1.0).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("server did not answer /healthz in time")
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def client(self, **kw) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=kw.pop("timeout", 120.0), **kw)

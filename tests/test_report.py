@@ -1,0 +1,159 @@
+"""HTML report: figures from the model, every section and chart present, loads cleanly in headless Chromium, catalog
+text is escaped, and the CLI writes it."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from advisor.catalog import builtin_catalog, load_catalog
+from advisor.report import SECTIONS, render_report
+from api_server import MINI, ROOT
+from cdp_pipe import Chromium
+
+ARTIFACTS = ROOT / "test-artifacts"
+SCREENSHOT_DOC = ROOT / "docs" / "report-screenshot.png"
+CHARTS = ("fig-stage-shares", "fig-gpu-time", "fig-utilization", "fig-layouts", "fig-sens-power", "fig-sens-tools")
+XSS = "<script>alert(1)</script>"
+
+
+@pytest.fixture(scope="module")
+def builtin_report():
+    """A real-catalog report (the one the screenshot shows), with short sweeps to keep the test quick."""
+    req = {"workload": "swe-agent", "rack": "air-40kw", "power_factors": [0.75, 1.0, 1.25],
+           "tool_factors": [0.5, 1.0, 2.0], "sweep_time_limit_s": 3, "time_limit_s": 30}
+    return render_report(req, builtin_catalog())
+
+
+def _section(html: str, sid: str) -> str:
+    m = re.search(rf'<section id="{sid}">(.*?)</section>', html, re.S)
+    assert m, sid
+    return m.group(1)
+
+
+def test_report_figures_come_from_the_model(builtin_report):
+    html, data = builtin_report
+    g = data["glance"]
+    chosen = data["chosen"]
+    cmp = data["comparison"]
+    assert g["layout"] == cmp["best_layout"] == chosen["layout"]
+    assert g["tasks_per_hour"] == chosen["throughput_tasks_per_hour"]
+    assert g["ratio_vs_a"] == pytest.approx(cmp["ratio_vs_a"][g["layout"]])
+    assert g["kwh_per_1000_tasks"] == pytest.approx(chosen["power_w"] / chosen["throughput_tasks_per_hour"])
+    glance = _section(html, "glance")
+    assert f"{g['tasks_per_hour']:,.0f}" in glance
+    assert f"{g['kwh_per_1000_tasks']:,.1f} kWh" in glance
+    assert f"{g['ratio_vs_a']:.2f}x" in glance
+    # bill of materials: every server group with its catalog power
+    bom = _section(html, "bom")
+    for s in chosen["servers"]:
+        assert s["chassis"] in bom and f"{s['power_w_each']:,.0f} W" in bom
+    # sweeps: the 1.0x point is the comparison itself
+    one = next(p for p in data["sensitivity"]["power"]["points"] if p["factor"] == 1.0)
+    assert one["throughput"] == {r["layout"]: r["throughput_tasks_per_hour"] for r in cmp["results"]}
+    # sources: every catalog entry the layouts use is listed with its source
+    listed = {(s["kind"], s["id"]) for s in data["sources"]}
+    for r in cmp["results"]:
+        for s in r["servers"]:
+            assert ("chassis", s["chassis"]) in listed and ("cpu", s["cpu"]) in listed
+            if s["gpu"]:
+                assert ("gpu", s["gpu"]) in listed
+    assert all(s["source"] for s in data["sources"])
+
+
+def test_report_in_headless_chromium(builtin_report, tmp_path):
+    html, data = builtin_report
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = ARTIFACTS / "report.html"
+    page.write_text(html, encoding="utf-8")
+    assert "<script" not in html.lower()  # the report runs no code at all
+    with Chromium(tmp_path / "profile", log_path=tmp_path / "chromium.log") as b:
+        sid = b.new_page()
+        b.navigate(sid, page.as_uri())
+        assert b.problems(sid) == []
+        assert all(u.startswith(("file:", "data:", "about:")) for u in b.requested_urls(sid)), b.requested_urls(sid)
+        sections = b.evaluate(sid, "[...document.querySelectorAll('section')].map(s => s.id)")
+        assert sections == list(SECTIONS)
+        charts = b.evaluate(sid, "Object.fromEntries([...document.querySelectorAll('figure.chart')]"
+                                 ".map(f => [f.id, f.querySelectorAll('svg path').length]))")
+        for c in CHARTS:
+            assert charts.get(c, 0) > 10, (c, charts)
+        racks = b.evaluate(sid, "document.querySelectorAll('svg.rack-svg .rk-item').length")
+        servers = sum(s["count"] for s in data["chosen"]["servers"])
+        assert racks == servers + 1  # + the reserved block
+        widths = b.evaluate(sid, "[...document.querySelectorAll('figure.chart svg')].map(s => s.getBoundingClientRect().width)")
+        assert all(w > 200 for w in widths)
+        shot = ARTIFACTS / "report.png"
+        w, h = b.screenshot(sid, shot)
+        assert shot.stat().st_size > 50_000 and h > 3000
+        if not SCREENSHOT_DOC.exists() or os.environ.get("ADVISOR_UPDATE_SCREENSHOT"):
+            SCREENSHOT_DOC.parent.mkdir(exist_ok=True)
+            shutil.copyfile(shot, SCREENSHOT_DOC)
+        for paper in ((8.27, 11.69), (8.5, 11.0)):  # A4, Letter
+            pdf = b.pdf(sid, paper)
+            assert pdf.startswith(b"%PDF") and pdf.count(b"/Type /Page") >= 3
+
+
+def _hostile_catalog(tmp_path: Path) -> Path:
+    folder = tmp_path / "catalog"
+    shutil.copytree(MINI, folder)
+    ch = yaml.safe_load((folder / "chassis.yaml").read_text())
+    for e in ch["entries"]:
+        e["name"] = XSS
+        e["source"] = "javascript:alert(2) see https://example.com/spec?a=1&b=<i>x</i>"
+    (folder / "chassis.yaml").write_text(yaml.safe_dump(ch))
+    wl = yaml.safe_load((folder / "workloads" / "agent.yaml").read_text())
+    wl["name"] = XSS
+    wl["classes"][0]["name"] = XSS
+    (folder / "workloads" / "agent.yaml").write_text(yaml.safe_dump(wl))
+    return folder
+
+
+def test_catalog_text_is_escaped(tmp_path):
+    cat = load_catalog(_hostile_catalog(tmp_path))
+    html, data = render_report({"workload": "agent", "rack": "r40", "sensitivity": False}, cat)
+    assert "<script" not in html.lower()
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert 'href="javascript' not in html.lower() and "<i>x" not in html
+    assert 'href="https://example.com/spec?a=1&amp;b=' in html
+    page = tmp_path / "hostile.html"
+    page.write_text(html, encoding="utf-8")
+    with Chromium(tmp_path / "profile") as b:
+        sid = b.new_page()
+        b.navigate(sid, page.as_uri())
+        assert b.problems(sid) == []  # no dialog, no error
+        assert b.evaluate(sid, "document.scripts.length") == 0
+        assert XSS in b.evaluate(sid, "document.body.innerText")
+
+
+def test_infeasible_report_still_renders(tmp_path):
+    tiny = {"id": "tiny", "name": "tiny", "source": "test", "power_kw": 1, "air_cooling_kw": 1,
+            "liquid_cooling_kw": 0, "height_u": 10}
+    html, data = render_report({"workload": "agent", "rack": tiny, "sensitivity": False}, load_catalog(MINI))
+    assert data["glance"]["tasks_per_hour"] == 0
+    assert "No layout" in _section(html, "glance")
+    for sid in SECTIONS:
+        _section(html, sid)
+
+
+def test_cli_report(tmp_path):
+    from typer.testing import CliRunner
+
+    from advisor.cli import app
+
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(app, ["report", "--workload", "agent", "--rack", "r40", "--layout", "b",
+                                   "--no-sensitivity", "--catalog", str(MINI), "-o", str(out),
+                                   "--json", str(tmp_path / "r.json")])
+    assert res.exit_code == 0, res.output
+    html = out.read_text()
+    assert '<section id="glance">' in html and "B (balanced)" in html
+    assert (tmp_path / "r.json").exists()
+    bad = CliRunner().invoke(app, ["report", "--workload", "agent", "--rack", "r40", "--layout", "a", "--compare",
+                                   "--catalog", str(MINI), "-o", str(out)])
+    assert bad.exit_code == 2

@@ -1,0 +1,245 @@
+"""The simulator against exact queueing results, the trace generator/fitter round trip, and bad-row reporting."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from advisor.catalog import load_workload
+from advisor.errors import InputError
+from advisor.simulation.des import (
+    CPU,
+    DELAY,
+    GPU,
+    ClassSpec,
+    QueueSpec,
+    SimModel,
+    SimSettings,
+    SkuSpec,
+    StageSpec,
+    _blocks,
+    build_model,
+    simulate_model,
+)
+from advisor.simulation.fit import fit_workload, read_traces, stage_shares
+from advisor.simulation.traces import generate_spans, write_spans
+from models.config import Configuration
+from models.queueing import Station, exact_mva, mmc_mean_wait
+from models.workload import Workload
+
+
+def _model(stages: list[StageSpec], skus=(), queues=None, name="t") -> SimModel:
+    cls = ClassSpec("c", 1.0, 0.0, "q" if queues else None, stages, _blocks(stages))
+    return SimModel([cls], list(skus), queues or {}, name, name)
+
+
+def _within(sim: dict, exact: float, slack: float = 0.0) -> bool:
+    return abs(sim["mean"] - exact) <= sim["half_width"] + slack * exact
+
+
+def test_mmc_pool_matches_erlang_c(mini_catalog):
+    """One exponential CPU stage on a 4-slot tool queue, open Poisson arrivals at 80% load: M/M/4."""
+    wl = Workload.model_validate({
+        "id": "mmc", "name": "mmc", "source": "test", "served_model": mini_catalog.served_models.entries[
+            next(iter(mini_catalog.served_models.entries))],
+        "classes": [{"name": "c", "share": 1.0, "stages": [
+            {"resource": "cpu", "name": "tool", "count": 1, "core_seconds": 2.0, "parallelism": 1, "cv": 1.0}]}]})
+    cpu_server = next(c for c in mini_catalog.chassis if c.role == "cpu")
+    cfg = Configuration.model_validate({"servers": [{"chassis": cpu_server.id, "cpu": "cpu-a", "count": 1,
+                                                     "queue_cores": {"shared": 4}}]})
+    model = build_model(cfg, wl, mini_catalog)
+    q = model.queues["shared"]
+    assert q.slots == 4
+    s = 2.0 / q.per_core_perf
+    lam = 0.8 * 4 / s
+    res = simulate_model(model, SimSettings(arrival_rate_per_hour=lam * 3600, duration_s=20000, warmup_s=500,
+                                            replications=5, seed=11))
+    wq = mmc_mean_wait(4, lam, s)
+    assert _within(res["tool_wait_mean_s"]["shared"], wq), (res["tool_wait_mean_s"], wq)
+    assert _within(res["mean_task_seconds"], wq + s), (res["mean_task_seconds"], wq + s)
+    assert res["utilization"]["cpu:shared"]["mean"] == pytest.approx(0.8, abs=0.02)
+    assert res["truncated"] == 0
+
+
+def test_closed_network_matches_exact_mva():
+    """GPU replica (processor sharing, load-dependent rate b/(L0+(b-1)d)) + 2-slot exponential tool queue + an
+    exponential delay, N agents: a product-form network, so exact MVA gives its throughput."""
+    l0, d, tool_s, think, n = 2.0, 0.5, 3.0, 4.0, 12
+    stages = [StageSpec("c/gen", "gen", GPU, 1, 0, 1.0, rel=[1.0]),
+              StageSpec("c/tool", "tool", CPU, 1, 0, 1.0, mean_s=tool_s, queue="q"),
+              StageSpec("c/wait", "wait", DELAY, 1, 0, 1.0, mean_s=think)]
+    sku = SkuSpec("g", 1, l0, d, 1000, 1.0, 1.0, 1, 1)
+    model = _model(stages, [sku], {"q": QueueSpec("q", 2, 1.0, 2, 1.0, 0.0)})
+    res = simulate_model(model, SimSettings(agents=n, duration_s=20000, warmup_s=500, replications=5, seed=5))
+    stations = [Station("gpu", l0, lambda b: b / (l0 + (b - 1) * d) * l0),
+                Station("cpu", tool_s, lambda b: np.minimum(b, 2))]
+    x = exact_mva(stations, think, n).throughput * 3600
+    assert _within(res["throughput_tasks_per_hour"], x), (res["throughput_tasks_per_hour"], x)
+
+
+def test_gpu_batch_limit_caps_throughput():
+    """Saturated replica with batch limit B completes B / (L0 + (B-1) d) calls per second."""
+    l0, d, b = 1.0, 0.25, 4
+    model = _model([StageSpec("c/gen", "gen", GPU, 1, 0, 0.5, rel=[1.0])], [SkuSpec("g", 1, l0, d, b, 1.0, 1.0, 1, 1)])
+    res = simulate_model(model, SimSettings(agents=40, duration_s=5000, warmup_s=100, replications=3, seed=1))
+    cap = b / (l0 + (b - 1) * d) * 3600
+    assert res["throughput_tasks_per_hour"]["mean"] == pytest.approx(cap, rel=0.02)
+    assert res["utilization"]["gpu"]["mean"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_counts_keep_their_mean():
+    """Gamma counts with stochastic rounding keep fractional means (16.7) exactly on average."""
+    stages = [StageSpec("c/wait", "wait", DELAY, 2.7, 0.8, 0.0, mean_s=1.0)]
+    res = simulate_model(_model(stages), SimSettings(arrival_rate_per_hour=3600, duration_s=20000, warmup_s=0,
+                                                     replications=2, seed=3))
+    assert res["mean_task_seconds"]["mean"] == pytest.approx(2.7, rel=0.03)
+
+
+# ------------------------------------------------------------------------------------------------- traces and fit
+PROFILE = {
+    "id": "known", "name": "known", "source": "test", "served_model": "llama-3.1-70b",
+    "classes": [
+        {"name": "short", "share": 0.6, "sandbox_memory_gb": 0.5, "stages": [
+            {"resource": "delay", "name": "start", "count": 1, "seconds": 2.0, "cv": 1.0},
+            {"resource": "gpu", "name": "gen", "count": 5, "count_cv": 0.5, "cv": 0.8,
+             "new_input_tokens": 800, "cached_input_tokens": 4000, "output_tokens": 300},
+            {"resource": "cpu", "name": "tool", "count": 5, "count_cv": 0.5, "core_seconds": 4.0,
+             "parallelism": 2, "cv": 1.5}]},
+        {"name": "long", "share": 0.4, "sandbox_memory_gb": 2.0, "stages": [
+            {"resource": "gpu", "name": "gen", "count": 12, "count_cv": 0.3, "cv": 1.0,
+             "new_input_tokens": 1000, "cached_input_tokens": 9000, "output_tokens": 500},
+            {"resource": "cpu", "name": "test", "count": 1, "core_seconds": 30.0, "parallelism": 1, "cv": 1.0}]},
+    ],
+}
+TOL_SHARE = 0.03  # absolute, class shares
+TOL_COUNT = 0.06  # relative, mean counts
+TOL_MEAN = 0.08  # relative, mean tokens / core-seconds / seconds
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_trace_round_trip(builtin, tmp_path, suffix):
+    wl = load_workload(PROFILE, builtin)
+    cpu = builtin.cpus["epyc-9965"]  # measured on a CPU slower than the reference: fit must undo it
+    spans = generate_spans(wl, 3000, seed=7, gpu=builtin.gpus["h100-sxm"], cpu=cpu)
+    path = tmp_path / f"t{suffix}"
+    write_spans(spans, path)
+    read = read_traces(path)
+    assert not read.bad and len(read.spans) == len(spans)
+    fitted = load_workload(fit_workload(read, cpu.per_core_perf, "llama-3.1-70b"), builtin)
+    for c in wl.classes:
+        fc = fitted.class_named(c.name)
+        assert fc.share == pytest.approx(c.share, abs=TOL_SHARE)
+        assert fc.sandbox_memory_gb == pytest.approx(c.sandbox_memory_gb)
+        assert [s.name for s in fc.stages] == [s.name for s in c.stages]
+        for s, f in zip(c.stages, fc.stages):
+            assert f.resource == s.resource
+            assert f.count == pytest.approx(s.count, rel=TOL_COUNT)
+            if s.count_cv:
+                assert f.count_cv == pytest.approx(s.count_cv, abs=0.08)
+            if s.resource == "gpu":
+                assert f.output_tokens == pytest.approx(s.output_tokens, rel=TOL_MEAN)
+                assert f.new_input_tokens == pytest.approx(s.new_input_tokens, rel=TOL_MEAN)
+                assert f.cached_input_tokens == pytest.approx(s.cached_input_tokens, rel=TOL_MEAN)
+                assert f.cv == pytest.approx(s.cv, abs=0.1)
+            elif s.resource == "cpu":
+                assert f.core_seconds == pytest.approx(s.core_seconds, rel=TOL_MEAN)
+                assert f.parallelism == pytest.approx(s.parallelism)
+                assert f.cv == pytest.approx(s.cv, abs=0.15)
+            else:
+                assert f.seconds == pytest.approx(s.seconds, rel=TOL_MEAN)
+    shares = stage_shares(read, seed=1, boot=300)
+    assert sum(v["share"] for v in shares.values()) == pytest.approx(1.0)
+    for v in shares.values():
+        assert v["lo"] <= v["share"] <= v["hi"]
+    assert stage_shares(read, seed=1, boot=300) == shares  # seeded
+
+
+def test_bad_rows_reported_by_line(tmp_path):
+    good = {"task_id": "a", "class": "c", "stage": "s", "resource": "delay", "start": 0, "end": 1}
+    lines = [
+        json.dumps(good),
+        json.dumps({**good, "start": 2, "end": 3}),
+        json.dumps({**good, "start": 5, "end": 4}),  # 3: end before start
+        json.dumps({**good, "resource": "tpu"}),  # 4: unknown resource
+        "",
+        json.dumps({k: v for k, v in good.items() if k != "stage"}),  # 6: missing field
+        "{not json",  # 7
+        json.dumps({**good, "resource": "gpu"}),  # 8: gpu without tokens
+    ]
+    p = tmp_path / "t.jsonl"
+    p.write_text("\n".join(lines) + "\n")
+    read = read_traces(p)
+    assert [b[0] for b in read.bad] == [3, 4, 6, 7, 8]
+    assert "end" in read.bad[0][1] and "resource" in read.bad[1][1] and "stage" in read.bad[2][1]
+    assert len(read.spans) == 2
+    notes = fit_workload(read, 1.0, "llama-3.1-70b")["notes"]
+    assert "5 bad row(s)" in notes and "3, 4, 6, 7, 8" in notes
+
+    c = tmp_path / "t.csv"
+    c.write_text("task_id,class,stage,resource,start,end\na,c,s,delay,0,1\na,c,s,delay,3,2\na,c,s,cpu,x,2\n")
+    read = read_traces(c)
+    assert [b[0] for b in read.bad] == [3, 4]
+
+
+def test_otel_export_mapping(tmp_path):
+    def attr(k, v):
+        key = "intValue" if isinstance(v, int) else "stringValue"
+        return {"key": k, "value": {key: v}}
+
+    def span(name, start, end, **a):
+        return {"name": name, "startTimeUnixNano": str(int(start * 1e9)), "endTimeUnixNano": str(int(end * 1e9)),
+                "attributes": [attr(k, v) for k, v in a.items()]}
+
+    base = {"agent.task_id": "t1", "agent.class": "c"}
+    spans = [
+        span("chat", 0, 2, **base, **{"agent.stage": "gen", "agent.resource": "llm", "gen_ai.usage.input_tokens": 100,
+                                      "gen_ai.usage.output_tokens": 50}),
+        span("bash", 2, 5, **base, **{"agent.stage": "tool", "agent.resource": "tool", "agent.cores": 2}),
+        span("http", 0, 1),  # not an agent span
+        span("bad", 6, 5, **base, **{"agent.stage": "x", "agent.resource": "delay"}),
+    ]
+    p = tmp_path / "otel.json"
+    p.write_text(json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}))
+    read = read_traces(p)
+    assert read.format == "otel-json" and read.skipped_non_agent == 1
+    assert [b[0] for b in read.bad] == [4]
+    assert {(s.stage, s.resource) for s in read.spans} == {("gen", "gpu"), ("tool", "cpu")}
+    data = fit_workload(read, 1.0, "llama-3.1-70b")
+    st = {s["name"]: s for s in data["classes"][0]["stages"]}
+    assert st["gen"]["output_tokens"] == 50 and st["tool"]["core_seconds"] == pytest.approx(6.0)
+
+
+def test_empty_trace_is_an_error(tmp_path):
+    p = tmp_path / "empty.jsonl"
+    p.write_text("")
+    with pytest.raises(InputError, match="empty"):
+        read_traces(p)
+    p.write_text(json.dumps({"task_id": "a", "class": "c", "stage": "s", "resource": "delay", "start": 2, "end": 1}))
+    with pytest.raises(InputError, match="no usable rows"):
+        read_traces(p)
+
+
+def test_cli_gen_fit_simulate(tmp_path):
+    from advisor.cli import app
+
+    runner = CliRunner()
+    tr = tmp_path / "t.jsonl"
+    r = runner.invoke(app, ["gen-traces", "--workload", "batch-generation", "-n", "300", "-o", str(tr), "--seed", "2"])
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "w.yaml"
+    r = runner.invoke(app, ["fit", str(tr), "-o", str(out), "--served-model", "llama-3.1-70b"])
+    assert r.exit_code == 0, r.output
+    assert r.output.index("Stage shares") < r.output.index("wrote")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: one\nservers:\n  - {chassis: dgx-h100, cpu: xeon-8480c, gpu: h100-sxm, gpus_per_server: 8, "
+                   "count: 1, orchestration_cores_per_gpu: 2}\n")
+    r = runner.invoke(app, ["simulate", str(cfg), "--workload", str(out), "--rack", "air-40kw", "--arrival-rate",
+                            "20000", "--duration", "300", "--replications", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    thr = res["simulation"]["throughput_tasks_per_hour"]["mean"]
+    assert math.isclose(thr, 20000, rel_tol=0.1)
