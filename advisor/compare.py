@@ -81,7 +81,13 @@ def chip_vs_rack(kind: Literal["cpu", "gpu"], sku_a: str, sku_b: str, workload: 
                                 units_in_row=units, power_w=res.power_w, bottleneck=res.bottleneck,
                                 binding_constraints=res.binding_constraints))
     a, b = sides
+    missing = [x.sku for x in sides if x.units_in_row == 0]
     chip = b.per_chip / a.per_chip
+    if missing:
+        return ChipVsRack(kind=kind, per_chip_metric=metric, a=a, b=b, chip_ratio=chip, rack_ratio=None,
+                          explanation=(f"no configuration within the budgets uses {', '.join(missing)} (no catalog "
+                                       f"chassis in layout {layout} takes it, or none that fits the rack), so there is "
+                                       "no rack-level ratio to compare"))
     rack_ratio = b.throughput_tasks_per_hour / a.throughput_tasks_per_hour if a.throughput_tasks_per_hour else None
     unit = "GPUs" if kind == "gpu" else "sockets"
     why = (f"chip level {b.sku} is {chip:.2f}x {a.sku}; in the rack it is "

@@ -602,8 +602,8 @@ def _result(p: Problem, b: Built, sol: Solution, notes: list[str], layout: Layou
         queues=[q.model_dump() for q in ev.queues], power_w=ev.power_w, space_u=ev.space_u,
         air_heat_w=ev.air_heat_w, liquid_heat_w=ev.liquid_heat_w, gpu_idle_fraction=ev.gpu_idle_fraction,
         bottleneck=ev.bottleneck, binding_constraints=binding, constraints=cons, shadow_prices=prices,
-        configuration=cfg.model_dump(mode="json", exclude_none=True), evaluation=ev, warnings=warnings,
-        message=_summary(ev, binding),
+        configuration=cfg.model_dump(mode="json", exclude_none=True), evaluation=ev,
+        warnings=warnings + ev.warnings, message=_summary(ev, binding),
     )
 
 

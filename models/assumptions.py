@@ -24,5 +24,9 @@ class ModelAssumptions(Frozen):
     """Largest tensor-parallel degree chosen unless the weights need more (capped further by each chassis's
     scale-up domain): 8, one HGX/OAM baseboard's NVLink/Infinity Fabric domain (NVIDIA HGX and AMD Instinct platform
     specifications); the model scales TP linearly, which holds within such a domain."""
+    tool_call_scv_warning: float = Field(default=4.0, gt=0)
+    """Squared coefficient of variation of a tool queue's call time above which the evaluator warns that its M/M/c
+    and product-form figures understate waits (docs/validation.md: swe-agent's queue at SCV ~30 runs 10-20% below
+    the closed form in simulation; queues near exponential agree within a few percent)."""
     gpu_birth_death_states: int = Field(default=20000, gt=0)
     """States kept when solving the GPU batching station with open arrivals (a geometric tail covers the rest)."""

@@ -334,6 +334,7 @@ def evaluate(
     cpu_calls: dict[str, float] = defaultdict(float)  # tool calls per task, by queue (share-weighted)
     cpu_call_time: dict[str, float] = defaultdict(float)  # call-seconds per task (share-weighted), for mean call time
     cpu_hold: dict[str, float] = defaultdict(float)  # core-seconds of wall time held (share-weighted)
+    cpu_call_m2: dict[str, float] = defaultdict(float)  # second moment of call time (share-weighted sum)
     mem_demand: dict[str, float] = defaultdict(float)  # GB-seconds per task (share-weighted)
     for c in workload.classes:
         qn = class_queue.get(c.name)
@@ -348,6 +349,7 @@ def evaluate(
                 cpu_calls[qn] += c.share * s.count
                 cpu_call_time[qn] += c.share * s.count * call
                 cpu_hold[qn] += c.share * s.count * call * s.parallelism
+                cpu_call_m2[qn] += c.share * s.count * call * call * (1.0 + s.cv * s.cv)
             else:
                 t += s.count * s.seconds
         unloaded[c.name] = t
@@ -400,6 +402,11 @@ def evaluate(
         pbar = cpu_hold[q.name] / cpu_call_time[q.name]
         qservers[q.name] = int(math.floor(qcores[q.name] / pbar + 1e-9))
         qmean_call[q.name] = cpu_call_time[q.name] / cpu_calls[q.name]
+        scv = (cpu_call_m2[q.name] / cpu_calls[q.name]) / qmean_call[q.name] ** 2 - 1.0
+        if scv > a.tool_call_scv_warning:
+            warnings.append(f"cpu:{q.name}: tool-call times vary widely (squared CV {scv:.1f}); the M/M/c and "
+                            "product-form figures understate waits and closed-loop throughput in this regime "
+                            "(see docs/validation.md)")
         if slo and slo.tool_wait_p95_seconds:
             lam = max_arrival_for_wait(qservers[q.name], qmean_call[q.name], slo.tool_wait_p95_seconds, a.tail_quantile)
             bounds.append(Bound(

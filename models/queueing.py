@@ -182,7 +182,14 @@ def exact_mva(stations: Sequence[Station], think_s: float, population: int, queu
             with np.errstate(invalid="ignore"):
                 logp = logs[i] + rest[::-1] - total[-1]
             p = np.exp(np.where(np.isfinite(logp), logp, -np.inf))
-            ql[i] = float(np.sum(n_idx * p) / np.sum(p))
+            if np.sum(p) > 0:
+                ql[i] = float(np.sum(n_idx * p) / np.sum(p))
+            else:
+                # Marginal underflowed: E[n_k] = D_k d log G / d D_k by a central difference instead.
+                h = 1e-4
+                up = log_g([lf + h * n_idx if j == i else lf for j, lf in enumerate(logs)], delay)[-1]
+                dn = log_g([lf - h * n_idx if j == i else lf for j, lf in enumerate(logs)], delay)[-1]
+                ql[i] = (up - dn) / (2 * h)
     x = float(xs[-1])
     return ClosedResult(n_max, x, ql, ql / x, think_s)
 
