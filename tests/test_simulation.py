@@ -21,7 +21,7 @@ from advisor.simulation.des import (
     SimSettings,
     SkuSpec,
     StageSpec,
-    _blocks,
+    stage_blocks as _blocks,
     build_model,
     simulate_model,
 )

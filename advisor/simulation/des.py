@@ -151,7 +151,9 @@ class SimModel:
         }
 
 
-def _blocks(stages: list[StageSpec]) -> list[list[int]]:
+def stage_blocks(stages) -> list[list[int]]:
+    """Group stage indices into runs: consecutive repeating stages form one loop (a turn), one-off stages stand
+    alone. Shared with the trace generator so traces follow the same order."""
     out: list[list[int]] = []
     loop: list[int] = []
     for i, s in enumerate(stages):
@@ -246,7 +248,7 @@ def build_model(config: Configuration, workload: Workload, catalog: Catalog,
             else:
                 assert isinstance(s, DelayStage)
                 specs.append(StageSpec(key, s.name, DELAY, s.count, s.count_cv, s.cv, mean_s=s.seconds, stage=s))
-        classes.append(ClassSpec(c.name, c.share, c.sandbox_memory_gb, qn, specs, _blocks(specs)))
+        classes.append(ClassSpec(c.name, c.share, c.sandbox_memory_gb, qn, specs, stage_blocks(specs)))
     return SimModel(classes, skus, qspecs, workload.id, config.name)
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from advisor.simulation.des import stage_blocks as _blocks
 from models.hardware import CpuSku, GpuSku
 from models.performance import gpu_serving, stage_gpu_latency_s
 from models.workload import CpuStage, GpuStage, Workload
@@ -30,21 +31,6 @@ from models.workload import CpuStage, GpuStage, Workload
 FIELDS = ("task_id", "class", "stage", "resource", "start", "end", "tokens_in", "tokens_cached", "tokens_out",
           "cores", "sandbox_memory_gb")
 INPUT_TOKEN_CV = 0.3
-
-
-def _blocks(stages) -> list[list[int]]:
-    out, loop = [], []
-    for i, s in enumerate(stages):
-        if not (s.count == 1 and s.count_cv == 0):
-            loop.append(i)
-            continue
-        if loop:
-            out.append(loop)
-            loop = []
-        out.append([i])
-    if loop:
-        out.append(loop)
-    return out
 
 
 def _gamma(rng, mean: float, cv: float) -> float:
