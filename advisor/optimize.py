@@ -545,7 +545,8 @@ def _slo_caps(ev: Evaluation, workload: Workload, s: OptimizerSettings) -> dict[
     for q in ev.queues:
         if q.servers <= 0 or q.mean_call_s <= 0:
             continue
-        lam = max_arrival_for_wait(q.servers, q.mean_call_s, slo.tool_wait_p95_seconds, s.assumptions.tail_quantile)
+        lam = max_arrival_for_wait(q.servers, q.mean_call_s, slo.tool_wait_p95_seconds / q.wait_scale,
+                                   s.assumptions.tail_quantile)
         caps[q.name] = min(1.0, lam * q.mean_call_s * q.mean_parallelism / q.cores) if q.cores > 0 else 1.0
     return caps
 

@@ -99,6 +99,8 @@ class QueueFigures(Frozen):
     mean_call_s: float
     mean_parallelism: float
     """Cores a tool call holds, averaged by core-time."""
+    wait_scale: float = 1.0
+    """Allen-Cunneen factor (1 + SCV of call time) / 2 applied to the M/M/c waits."""
     utilization: float
     """At the operating point."""
     wait_mean_s: float | None
@@ -396,23 +398,28 @@ def evaluate(
     slo = workload.slo
     qservers: dict[str, int] = {}
     qmean_call: dict[str, float] = {}
+    qwait_scale: dict[str, float] = {}
     for q in queues:
         if cpu_calls[q.name] == 0:
             continue
         pbar = cpu_hold[q.name] / cpu_call_time[q.name]
         qservers[q.name] = int(math.floor(qcores[q.name] / pbar + 1e-9))
         qmean_call[q.name] = cpu_call_time[q.name] / cpu_calls[q.name]
-        scv = (cpu_call_m2[q.name] / cpu_calls[q.name]) / qmean_call[q.name] ** 2 - 1.0
+        scv = max(0.0, (cpu_call_m2[q.name] / cpu_calls[q.name]) / qmean_call[q.name] ** 2 - 1.0)
+        # Allen-Cunneen: a G/G/c wait is about the M/M/c wait times (Ca^2 + Cs^2) / 2, with Poisson arrivals Ca^2 = 1.
+        qwait_scale[q.name] = (1.0 + scv) / 2.0
         if scv > a.tool_call_scv_warning:
             warnings.append(f"cpu:{q.name}: tool-call times vary widely (squared CV {scv:.1f}); the M/M/c and "
                             "product-form figures understate waits and closed-loop throughput in this regime "
                             "(see docs/validation.md)")
         if slo and slo.tool_wait_p95_seconds:
-            lam = max_arrival_for_wait(qservers[q.name], qmean_call[q.name], slo.tool_wait_p95_seconds, a.tail_quantile)
+            lam = max_arrival_for_wait(qservers[q.name], qmean_call[q.name],
+                                       slo.tool_wait_p95_seconds / qwait_scale[q.name], a.tail_quantile)
             bounds.append(Bound(
                 name=f"slo:{q.name}", kind="slo", tasks_per_hour=lam / cpu_calls[q.name] * HOUR_S,
-                detail=f"M/M/{qservers[q.name]} with {qmean_call[q.name]:.2f} s calls keeps p"
-                f"{a.tail_quantile * 100:g} wait <= {slo.tool_wait_p95_seconds:g} s up to {lam:.3f} calls/s",
+                detail=f"{qservers[q.name]} tool slots with {qmean_call[q.name]:.2f} s calls (M/M/c waits x "
+                f"{qwait_scale[q.name]:.2f} for call-time variability) keep p{a.tail_quantile * 100:g} wait <= "
+                f"{slo.tool_wait_p95_seconds:g} s up to {lam:.3f} calls/s",
             ))
     # gpu and orchestration combine per server; the pair's binding one stands for the serving pool.
     effective = [b for b in bounds if b.kind in ("cpu", "memory", "slo") or b.name == serving_name]
@@ -529,8 +536,10 @@ def evaluate(
         for q in queues:
             if cpu_calls[q.name] > 0:
                 lam_c = lam * cpu_calls[q.name]
-                qwait[q.name] = mmc_mean_wait(qservers[q.name], lam_c, qmean_call[q.name]) if lam > 0 else 0.0
-                qwait2[q.name] = mmc_wait_second_moment(qservers[q.name], lam_c, qmean_call[q.name]) if lam > 0 else 0.0
+                f = qwait_scale[q.name]
+                qwait[q.name] = f * mmc_mean_wait(qservers[q.name], lam_c, qmean_call[q.name]) if lam > 0 else 0.0
+                qwait2[q.name] = f * f * mmc_wait_second_moment(qservers[q.name], lam_c, qmean_call[q.name]) \
+                    if lam > 0 else 0.0
     if not math.isfinite(gpu_stretch) or any(not math.isfinite(w) for w in qwait.values()):
         stable = False
         if not any("unstable" in w for w in warnings):
@@ -613,6 +622,7 @@ def evaluate(
         name=q.name, classes=list(q.classes), cores=qcores[q.name], per_core_perf=qperf[q.name],
         servers=qservers.get(q.name, 0), mean_call_s=qmean_call.get(q.name, 0.0),
         mean_parallelism=(cpu_hold[q.name] / cpu_call_time[q.name]) if cpu_call_time[q.name] > 0 else 1.0,
+        wait_scale=qwait_scale.get(q.name, 1.0),
         utilization=util.get(f"cpu:{q.name}", 0.0),
         wait_mean_s=(qwait.get(q.name, 0.0) if stable else None), sandbox_memory_gb=qmem[q.name],
     ) for q in queues]

@@ -278,12 +278,16 @@ def test_adding_servers_never_lowers_throughput(mini_catalog, agent, groups, ext
 def test_closed_loop_littles_law(mini_catalog, agent, groups, agents):
     ev = ev_of(mini_catalog, agent, groups, operating_point={"agents": agents})
     cl = ev.closed_loop
-    assert cl is not None and cl.agents == agents and not cl.capped
+    assert cl is not None and not cl.capped
+    # Only the agents whose sandboxes fit are live; the rest wait for memory (and the evaluation says so).
+    assert cl.agents <= agents
+    if cl.agents < agents:
+        assert any("wait for memory" in w for w in ev.warnings)
     x = cl.throughput_tasks_per_hour / HOUR_S
     assert ev.arrival_rate_tasks_per_hour == pytest.approx(cl.throughput_tasks_per_hour, rel=1e-12)
-    # agents = X x mean task time, with the task time built stage by stage from the residence times
+    # live agents = X x mean task time, with the task time built stage by stage from the residence times
     assert ev.mean_task_seconds is not None
-    assert agents == pytest.approx(x * ev.mean_task_seconds, rel=1e-6)
+    assert cl.agents == pytest.approx(x * ev.mean_task_seconds, rel=1e-6)
     # a closed loop never beats the sustainable throughput
     assert cl.throughput_tasks_per_hour <= ev.throughput_tasks_per_hour * (1 + 1e-9)
 
