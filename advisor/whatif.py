@@ -229,12 +229,16 @@ class SweepResult:
         return fig
 
     def write_chart(self, folder: Path, stem: str = "sweep") -> list[Path]:
-        fig = self.figure()
-        svg = folder / f"{stem}.svg"
-        svg.write_text(svg_of(fig), encoding="utf-8")
-        png = folder / f"{stem}.png"
-        fig.savefig(png, format="png", dpi=110, bbox_inches="tight")
-        return [svg, png]
+        return write_figure(self.figure(), folder, stem)
+
+
+def write_figure(fig, folder: Path, stem: str) -> list[Path]:
+    """Save a chart as SVG (for reports) and PNG (for slides)."""
+    svg = folder / f"{stem}.svg"
+    svg.write_text(svg_of(fig), encoding="utf-8")
+    png = folder / f"{stem}.png"
+    fig.savefig(png, format="png", dpi=110, bbox_inches="tight")
+    return [svg, png]
 
 
 def _extent(v1, v2):
@@ -441,12 +445,7 @@ class ParetoResult:
         return fig
 
     def write_chart(self, folder: Path, stem: str = "pareto") -> list[Path]:
-        fig = self.figure()
-        svg = folder / f"{stem}.svg"
-        svg.write_text(svg_of(fig), encoding="utf-8")
-        png = folder / f"{stem}.png"
-        fig.savefig(png, format="png", dpi=110, bbox_inches="tight")
-        return [svg, png]
+        return write_figure(self.figure(), folder, stem)
 
 
 def non_dominated(points: list[ParetoPoint], rel: float = 1e-9) -> list[ParetoPoint]:

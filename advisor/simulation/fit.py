@@ -114,6 +114,15 @@ def _num(v) -> float | None:
     return x
 
 
+def _keep(out, line: int, row: dict) -> None:
+    """Add the row as a span, or record why it is bad (by line number); nothing is dropped silently."""
+    sp, why = _row_to_span(line, row)
+    if sp is None:
+        out.bad.append((line, why))
+    else:
+        out.spans.append(sp)
+
+
 def _row_to_span(line: int, row: dict) -> tuple[Span | None, str | None]:
     missing = [k for k in REQUIRED if row.get(k) in (None, "")]
     if missing:
@@ -229,11 +238,7 @@ def read_traces(path: str | Path) -> TraceRead:
             if not isinstance(row, dict):
                 out.bad.append((i, "not a JSON object"))
                 continue
-            sp, why = _row_to_span(i, row)
-            if sp is None:
-                out.bad.append((i, why))
-            else:
-                out.spans.append(sp)
+            _keep(out, i, row)
     else:
         out.format = "csv"
         reader = csv.DictReader(io.StringIO(text))
@@ -244,11 +249,7 @@ def read_traces(path: str | Path) -> TraceRead:
             if None in row:
                 out.bad.append((line, "more fields than the header"))
                 continue
-            sp, why = _row_to_span(line, row)
-            if sp is None:
-                out.bad.append((line, why))
-            else:
-                out.spans.append(sp)
+            _keep(out, line, row)
     # A span whose class differs from the first class seen for its task is bad too.
     first_cls: dict[str, str] = {}
     kept = []
