@@ -428,7 +428,7 @@ def optimize(
             sol, _, notes = _solve_stages(b, p, layout, objective, backend, s, clock, hint)
             if not sol.has_solution or b.x not in sol.values:
                 if best is None or (best[0][0] < 0 and not best[3].has_solution):
-                    best = ((-1.0, 0.0), replace(p), b, sol, notes, coupled)
+                    best = ((-1.0, 0.0), replace(p), b, sol, notes, coupled, None)
                 break
             ev = _evaluate_solution(b, p, sol, layout, s)
             x_mip = sol.values[b.x]
@@ -437,7 +437,7 @@ def optimize(
             # Every candidate is judged by what the evaluator says it delivers.
             key = (x_eval, -power)
             if best is None or key > best[0]:
-                best = (key, replace(p, utilization_caps=dict(p.utilization_caps)), b, sol, notes, False)
+                best = (key, replace(p, utilization_caps=dict(p.utilization_caps)), b, sol, notes, False, ev)
             if ev is None:
                 break
             short = [bd for bd in ev.bounds if bd.tasks_per_hour < x_mip * (1 - 1e-7)]
@@ -452,11 +452,11 @@ def optimize(
                 break  # caps settled
             p.utilization_caps = caps
         if best is not None and best[1].partition == part:
-            best = (*best[:5], coupled)
+            best = (*best[:5], coupled, best[6])
         any_coupled = any_coupled or coupled
-    _, p, b, sol, notes, _ = best
+    _, p, b, sol, notes, _, ev_best = best
     notes = warnings_pre + notes
-    result = _result(p, b, sol, notes, layout, backend, s, clock, t0, explain)
+    result = _result(p, b, sol, notes, layout, backend, s, clock, t0, explain, ev_best)
     if racks > 1 and single is not None and single.configuration:
         rep = _replicate(single, racks, p, layout, backend, s, t0)
         if rep is not None and rep.throughput_tasks_per_hour > result.throughput_tasks_per_hour * (1 + MATERIAL_GAIN):
@@ -552,7 +552,9 @@ def _slo_caps(ev: Evaluation, workload: Workload, s: OptimizerSettings) -> dict[
 
 
 def _result(p: Problem, b: Built, sol: Solution, notes: list[str], layout: Layout, backend: str,
-            s: OptimizerSettings, clock: _Clock, t0: float, explain: bool) -> OptimizeResult:
+            s: OptimizerSettings, clock: _Clock, t0: float, explain: bool,
+            ev: Evaluation | None = None) -> OptimizeResult:
+    """The answer as the user sees it; `ev` is the evaluation the search already made of this solution."""
     empty = dict(servers=[], cores_per_gpu=None, orchestration_cores_per_gpu=None, queues=[], power_w=0.0, space_u=0,
                  air_heat_w=0.0, liquid_heat_w=0.0, gpu_idle_fraction=0.0, configuration={}, evaluation=None)
     if not p.options:
@@ -584,7 +586,8 @@ def _result(p: Problem, b: Built, sol: Solution, notes: list[str], layout: Layou
                               infeasibility=diag,
                               message="no configuration gives any throughput within the budgets: "
                                       + "; ".join(d.message for d in diag[:3]), **empty)
-    ev = evaluate(cfg, p.workload, p.rack, _catalog_of(p), s.assumptions)
+    if ev is None:
+        ev = evaluate(cfg, p.workload, p.rack, _catalog_of(p), s.assumptions)
     if abs(ev.throughput_tasks_per_hour - x_pred) > 1e-4 * max(1.0, x_pred):
         warnings.append(f"evaluator gives {ev.throughput_tasks_per_hour:,.1f} tasks/h, the MILP predicted {x_pred:,.1f}")
     cons = _constraint_status(b, p, sol)
