@@ -120,6 +120,8 @@ class ObjectiveOpt(str, Enum):
     max_throughput = "max_throughput"
     min_cost = "min_cost"
     min_power = "min_power"
+    min_cost_per_task = "min_cost_per_task"
+    min_tco_for_throughput = "min_tco_for_throughput"
 
 
 def _inputs(workload: str, rack: str):

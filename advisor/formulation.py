@@ -41,6 +41,8 @@ class Problem:
     queue_names: list[str] = field(default_factory=list)
     utilization_caps: dict[str, float] = field(default_factory=dict)
     """Per tool queue, the largest core utilization its tail-wait target allows (set by the SLO iteration)."""
+    operating_tasks_per_hour: float | None = None
+    """Tasks/h the configuration is to serve (a TCO objective's demand); None: the default operating point."""
 
     def __post_init__(self) -> None:
         if not self.queue_names:

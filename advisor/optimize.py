@@ -13,15 +13,17 @@ from advisor.formulation import Built, Problem, build, cost_terms, gpu_capacity_
 from advisor.options import Layout, ServerOption, enumerate_options, prune_dominated
 from advisor.settings import OptimizerSettings
 from advisor.solver import LinearModel, Solution, Var, solve
+from advisor.tco_objective import TCO_OBJECTIVES, solve_tco
 from models.base import Frozen
 from models.catalog import Catalog
-from models.config import Configuration, Queue, ServerGroup
+from models.config import Configuration, OperatingPoint, Queue, ServerGroup
 from models.hardware import Rack
 from models.pipeline import Evaluation, evaluate
+from models.tco import Tco
 from models.performance import cpu_call_seconds, stage_gpu_latency_s
 from models.workload import CpuStage, DelayStage, GpuStage, Workload
 
-Objective = Literal["max_throughput", "min_cost", "min_power"]
+Objective = Literal["max_throughput", "min_cost", "min_power", "min_cost_per_task", "min_tco_for_throughput"]
 MIN_USEFUL_TASKS_PER_HOUR = 1.0
 """Target used to diagnose a request where nothing fits: the budgets that would let one task per hour through."""
 MATERIAL_GAIN = 1e-6
@@ -103,6 +105,8 @@ class OptimizeResult(Frozen):
     configuration: dict
     """Feed to `advisor evaluate` (servers, queues, racks)."""
     evaluation: Evaluation | None
+    tco: Tco | None = None
+    """Cost and energy of the answer at its operating point (the evaluation's `tco`)."""
     message: str = ""
     warnings: list[str] = Field(default_factory=list)
 
@@ -192,6 +196,9 @@ def _solve_stages(b: Built, p: Problem, layout: Layout, objective: Objective, ba
             m.objective[v] = -0.25 * budget / total_cores
         sol = solve(m, backend, clock.left(), s.mip_gap, hint=hint)
         return sol, m, notes
+    if objective in TCO_OBJECTIVES:
+        return solve_tco(model, b, p, objective, backend, s.assumptions.costs, s.assumptions.operating_load_fraction,
+                         s.mip_gap, clock.left, s.dinkelbach_iterations, p.operating_tasks_per_hour)
     if p.required_tasks_per_hour is None:
         raise ValueError(f"objective {objective} needs required_tasks_per_hour")
     m2 = model.copy()
@@ -295,8 +302,10 @@ def _configuration(b: Built, p: Problem, sol: Solution, layout: Layout) -> tuple
                                     orchestration_cores_per_gpu=orch_per_gpu, queue_cores=qc,
                                     power_w_each=pr.power_w, space_u_each=pr.space_u))
     queues = [Queue(name=qn, classes=cls) for qn, cls in zip(p.queue_names, p.partition) if cls]
+    op = OperatingPoint(arrival_rate_per_hour=p.operating_tasks_per_hour) if p.operating_tasks_per_hour \
+        else OperatingPoint()
     cfg = Configuration(name=f"layout {layout}", workload=p.workload.id, rack=p.rack.id, racks=p.racks,
-                        servers=groups or [], queues=queues or None) if groups else None
+                        servers=groups or [], queues=queues or None, operating_point=op) if groups else None
     return cfg, choices
 
 
@@ -385,9 +394,17 @@ def optimize(
     t0 = time.perf_counter()
     options, servings = enumerate_options(
         catalog, workload, rack, layout, s.layout_a_orchestration_cores_per_gpu,
-        s.assumptions.host_os_reserved_memory_gb, s.assumptions.tensor_parallel_domain_gpus, gpu_ids, cpu_ids)
+        s.assumptions.host_os_reserved_memory_gb, s.assumptions.tensor_parallel_domain_gpus, gpu_ids, cpu_ids,
+        costs=s.assumptions.costs)
     warnings_pre: list[str] = []
-    if capital_budget_usd is not None or objective == "min_cost":
+    operating_tasks_per_hour = None
+    if objective == "min_tco_for_throughput":
+        if required_tasks_per_hour is None:
+            raise ValueError("objective min_tco_for_throughput needs required_tasks_per_hour (the tasks/h to serve)")
+        # Serve R tasks/h at the planned load fraction f: sustainable throughput at least R / f.
+        operating_tasks_per_hour = required_tasks_per_hour
+        required_tasks_per_hour = required_tasks_per_hour / s.assumptions.operating_load_fraction
+    if capital_budget_usd is not None or objective == "min_cost" or objective in TCO_OBJECTIVES:
         priced = [o for o in options if o.profile.price_usd is not None]
         if len(priced) < len(options):
             warnings_pre.append(f"{len(options) - len(priced)} candidate servers without a known price were left "
@@ -414,7 +431,7 @@ def optimize(
         if pi > 0 and clock.expired():
             break
         p = Problem(workload, rack, racks, capacity_options, servings, part, capital_budget_usd,
-                    required_tasks_per_hour)
+                    required_tasks_per_hour, operating_tasks_per_hour=operating_tasks_per_hour)
         # Sandbox memory needs SKU-choice binaries; solve without it first and keep that answer when the evaluator
         # confirms memory does not bind (the relaxation's optimum is then optimal for the full problem).
         memory = False
@@ -434,8 +451,8 @@ def optimize(
             x_mip = sol.values[b.x]
             x_eval = ev.throughput_tasks_per_hour if ev is not None else 0.0
             power = sum(power_terms(b, p).get(k, 0) * v for k, v in sol.values.items())
-            # Every candidate is judged by what the evaluator says it delivers.
-            key = (x_eval, -power)
+            # Every candidate is judged by what the evaluator says it delivers (and, for cost objectives, costs).
+            key = (x_eval, -power) if objective == "max_throughput" else _cost_key(ev, objective, p, power, sol, b)
             if best is None or key > best[0]:
                 best = (key, replace(p, utilization_caps=dict(p.utilization_caps)), b, sol, notes, False, ev)
             if ev is None:
@@ -522,7 +539,7 @@ def _replicate(single: OptimizeResult, racks: int, p: Problem, layout: Layout, b
         "queues": [q.model_dump() for q in ev.queues], "power_w": ev.power_w, "space_u": ev.space_u,
         "air_heat_w": ev.air_heat_w, "liquid_heat_w": ev.liquid_heat_w, "gpu_idle_fraction": ev.gpu_idle_fraction,
         "bottleneck": ev.bottleneck, "configuration": row.model_dump(mode="json", exclude_none=True),
-        "evaluation": ev, "constraints": [], "shadow_prices": [], "message": _summary(ev, single.binding_constraints),
+        "evaluation": ev, "tco": ev.tco, "constraints": [], "shadow_prices": [], "message": _summary(ev, single.binding_constraints),
         "status": "feasible" if single.status == "optimal" else single.status, "gap": None,
         "warnings": single.warnings + [f"the row search did not beat {racks} copies of the best single rack; "
                                        "this is that copy (status feasible: not proven optimal for the row)"]})
@@ -531,6 +548,25 @@ def _replicate(single: OptimizeResult, racks: int, p: Problem, layout: Layout, b
 def _evaluate_solution(b: Built, p: Problem, sol: Solution, layout: Layout, s: OptimizerSettings) -> Evaluation | None:
     cfg, _ = _configuration(b, p, sol, layout)
     return None if cfg is None else evaluate(cfg, p.workload, p.rack, _catalog_of(p), s.assumptions)
+
+
+def _cost_key(ev: Evaluation | None, objective: Objective, p: Problem, power_w: float, sol: Solution,
+              b: Built) -> tuple:
+    """Rank candidates of a minimizing objective: first whether the evaluator confirms they deliver what is
+    required, then the objective as the evaluator (or, for capital, the catalog) values it, then throughput."""
+    x_eval = ev.throughput_tasks_per_hour if ev is not None else 0.0
+    need = p.required_tasks_per_hour
+    meets = x_eval >= need * (1 - 1e-6) if need is not None else x_eval > 0
+    t = ev.tco if ev is not None else None
+    if objective == "min_cost_per_task":
+        value = t.cost_usd_per_1000_tasks if t is not None else None
+    elif objective == "min_tco_for_throughput":
+        value = t.cost_usd_per_hour if t is not None else None
+    elif objective == "min_cost":
+        value = sum(cost_terms(b, p).get(k, 0.0) * v for k, v in sol.values.items())
+    else:
+        value = power_w
+    return (meets, -(math.inf if value is None else value), x_eval)
 
 
 def _slo_caps(ev: Evaluation, workload: Workload, s: OptimizerSettings) -> dict[str, float]:
@@ -588,7 +624,10 @@ def _result(p: Problem, b: Built, sol: Solution, notes: list[str], layout: Layou
                                       + "; ".join(d.message for d in diag[:3]), **empty)
     if ev is None:
         ev = evaluate(cfg, p.workload, p.rack, _catalog_of(p), s.assumptions)
-    if abs(ev.throughput_tasks_per_hour - x_pred) > 1e-4 * max(1.0, x_pred):
+    tol = 1e-4 * max(1.0, x_pred)
+    # Under a required throughput the MILP's X is only a floor; delivering more is no discrepancy.
+    if ev.throughput_tasks_per_hour < x_pred - tol or (
+            ev.throughput_tasks_per_hour > x_pred + tol and p.required_tasks_per_hour is None):
         warnings.append(f"evaluator gives {ev.throughput_tasks_per_hour:,.1f} tasks/h, the MILP predicted {x_pred:,.1f}")
     cons = _constraint_status(b, p, sol)
     binding = sorted({c.group for c in cons if c.binding})
@@ -606,7 +645,7 @@ def _result(p: Problem, b: Built, sol: Solution, notes: list[str], layout: Layou
         queues=[q.model_dump() for q in ev.queues], power_w=ev.power_w, space_u=ev.space_u,
         air_heat_w=ev.air_heat_w, liquid_heat_w=ev.liquid_heat_w, gpu_idle_fraction=ev.gpu_idle_fraction,
         bottleneck=ev.bottleneck, binding_constraints=binding, constraints=cons, shadow_prices=prices,
-        configuration=cfg.model_dump(mode="json", exclude_none=True), evaluation=ev,
+        configuration=cfg.model_dump(mode="json", exclude_none=True), evaluation=ev, tco=ev.tco,
         warnings=warnings + ev.warnings, message=_summary(ev, binding),
     )
 

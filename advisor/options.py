@@ -9,6 +9,7 @@ from models.catalog import Catalog
 from models.hardware import Rack
 from models.performance import GpuServing, gpu_serving, serving_key, tp_cap
 from models.server import ServerProfile, server_profile
+from models.tco import CostAssumptions
 from models.workload import Workload
 
 Layout = Literal["a", "b", "hybrid"]
@@ -120,6 +121,7 @@ def enumerate_options(
     gpu_ids: list[str] | None = None,
     cpu_ids: list[str] | None = None,
     prune: bool = True,
+    costs: CostAssumptions | None = None,
 ) -> tuple[list[ServerOption], dict[str, GpuServing]]:
     servings: dict[str, GpuServing] = {}
     options: list[ServerOption] = []
@@ -155,7 +157,7 @@ def enumerate_options(
                     oc = layout_a_orchestration if fixed else 0.0
                     if oc * n > ch.cpu_sockets * cpu.cores:
                         continue
-                    p = server_profile(ch, cpu, gpu, n, oc, workload, serving, os_reserved_memory_gb, skey)
+                    p = server_profile(ch, cpu, gpu, n, oc, workload, serving, os_reserved_memory_gb, skey, costs)
                     if not _fits_empty_rack(p, rack):
                         continue
                     key = f"{ch.id}|{cpu.id}|{gpu.id if gpu else '-'}|{n}"

@@ -32,6 +32,8 @@ def print_evaluation(ev: Evaluation, console: Console) -> None:
                      f"mean task {cl.mean_task_seconds:,.1f} s")
     head.add_row("Power / air / liquid", f"{ev.power_w / 1000:,.1f} kW / {ev.air_heat_w / 1000:,.1f} kW / {ev.liquid_heat_w / 1000:,.1f} kW")
     head.add_row("Space", f"{ev.space_u} U; {ev.gpus} GPUs, {ev.cores:,} cores")
+    if ev.tco is not None:
+        head.add_row("Cost", tco_line(ev.tco))
     console.print(head)
 
     t = Table(title="Throughput bound per pool")
@@ -69,6 +71,17 @@ def print_evaluation(ev: Evaluation, console: Console) -> None:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
 
+def tco_line(t) -> str:
+    """Cost and energy at the operating point in one line (`models.tco.Tco`)."""
+    energy = (f"{t.energy_wh_per_task:,.1f} Wh per task, {t.facility_power_w / 1000:,.1f} kW facility draw "
+              f"(PUE {t.assumptions.pue:g})" if t.energy_wh_per_task is not None else "no throughput")
+    if t.cost_usd_per_hour is None:
+        return f"capital unknown (no price for {', '.join(t.unpriced)}); {energy}"
+    per_k = f"USD {t.cost_usd_per_1000_tasks:,.2f} per 1,000 tasks, " if t.cost_usd_per_1000_tasks is not None else ""
+    return (f"{per_k}USD {t.cost_usd_per_hour:,.2f}/h (capital USD {t.capital_usd:,.0f} over "
+            f"{t.assumptions.amortization_years:g} years, energy USD {t.energy_usd_per_hour:,.2f}/h); {energy}")
+
+
 def print_optimize(res, console: Console) -> None:
     gap = f", gap {res.gap:.2%}" if res.gap else ""
     console.print(f"[bold]layout {res.layout}[/bold]: {res.status}{gap} ({res.solver}, {res.seconds:.2f} s)")
@@ -92,6 +105,8 @@ def print_optimize(res, console: Console) -> None:
                       f"GPU idle at this throughput {res.gpu_idle_fraction:.1%}")
     console.print(f"power {res.power_w / 1000:,.1f} kW, air {res.air_heat_w / 1000:,.1f} kW, "
                   f"liquid {res.liquid_heat_w / 1000:,.1f} kW, space {res.space_u} U")
+    if res.evaluation is not None and res.evaluation.tco is not None:
+        console.print(f"cost at {res.evaluation.tco.operating_tasks_per_hour:,.0f} tasks/h: {tco_line(res.evaluation.tco)}")
     for q in res.queues:
         console.print(f"queue {q['name']}: classes {', '.join(q['classes'])}; {q['cores']:,.1f} cores")
     for p in res.shadow_prices:

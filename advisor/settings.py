@@ -20,5 +20,7 @@ class OptimizerSettings(Frozen):
     """When breaking ties by power and cost, keep throughput within this relative distance of the optimum."""
     slo_iterations: int = Field(default=5, gt=0)
     """Solves allowed to settle per-queue utilization caps for a tool-wait target (and to add sandbox memory)."""
+    dinkelbach_iterations: int = Field(default=12, gt=0)
+    """Solves allowed for the cost-per-task ratio (Dinkelbach's method converges superlinearly; 3-6 are typical)."""
     assumptions: ModelAssumptions = ModelAssumptions()
     """Pipeline-model assumptions used to evaluate options."""

@@ -3,6 +3,7 @@
 from pydantic import Field
 
 from models.base import Frozen
+from models.tco import CostAssumptions
 
 
 class ModelAssumptions(Frozen):
@@ -30,3 +31,5 @@ class ModelAssumptions(Frozen):
     the closed form in simulation; queues near exponential agree within a few percent)."""
     gpu_birth_death_states: int = Field(default=20000, gt=0)
     """States kept when solving the GPU batching station with open arrivals (a geometric tail covers the rest)."""
+    costs: CostAssumptions = CostAssumptions()
+    """Prices, PUE, amortization and idle-power fractions for total cost of ownership (`models.tco`)."""

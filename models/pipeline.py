@@ -26,7 +26,7 @@ from models.base import Frozen
 from models.catalog import Catalog, UnknownId
 from models.config import SHARED_QUEUE, Configuration, Queue
 from models.hardware import Rack
-from models.performance import GpuServing, cpu_call_seconds, gpu_serving, serving_key, stage_gpu_latency_s, tp_cap
+from models.performance import GpuServing, call_mix, cpu_call_seconds, gpu_serving, serving_key, stage_gpu_latency_s, tp_cap
 from models.queueing import (
     Station,
     birth_death_mean_number,
@@ -36,6 +36,7 @@ from models.queueing import (
     mmc_wait_second_moment,
 )
 from models.server import ServerProfile, server_profile
+from models.tco import ServerUse, Tco, tco
 from models.workload import CpuStage, DelayStage, GpuStage, Workload
 
 HOUR_S = 3600.0
@@ -166,6 +167,8 @@ class Evaluation(Frozen):
     cores: int
     serving: dict[str, dict[str, float | int | str | bool]] = Field(default_factory=dict)
     """Per GPU SKU: tensor-parallel degree, batch limit, call latency, rates and their basis."""
+    tco: Tco | None = None
+    """Cost and energy at the operating point (capped at sustainable throughput)."""
     warnings: list[str] = Field(default_factory=list)
 
 
@@ -234,7 +237,7 @@ def resolve_groups(
             prof = server_profile(
                 chassis, cpu, gpu, g.gpus_per_server, g.orchestration_cores_per_gpu, workload,
                 servings.get(skey) if gpu else None, assumptions.host_os_reserved_memory_gb,
-                skey if gpu else None,
+                skey if gpu else None, assumptions.costs,
             )
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
@@ -673,4 +676,22 @@ def evaluate(
         racks=racks, within_budgets=not any(r.exceeded for r in racks),
         gpus=sum(g.count * g.profile.gpus for g in groups), cores=sum(g.count * g.profile.cores for g in groups),
         serving=serving_info, warnings=warnings,
+        tco=configuration_tco(groups, queues, workload, rack, config.racks, min(lam * HOUR_S, x_star * HOUR_S), a),
     )
+
+
+def queue_work_per_task(workload: Workload, queues: list[Queue]) -> dict[str, float]:
+    """Reference-core seconds of tool work per task of the mix, per queue."""
+    cls = {c.name: c for c in workload.classes}
+    return {q.name: sum(cls[n].share * st.count * st.core_seconds for n in q.classes for st in cls[n].stages
+                        if isinstance(st, CpuStage)) for q in queues}
+
+
+def configuration_tco(groups: list[_Group], queues: list[Queue], workload: Workload, rack: Rack, racks: int,
+                      operating_tasks_per_hour: float, a: ModelAssumptions) -> Tco:
+    uses = [ServerUse(count=g.count, chassis=g.profile.chassis, cpu=g.profile.cpu, gpu=g.profile.gpu,
+                      gpus=g.profile.gpus, serving_tasks_per_s=g.profile.serving_tasks_per_s,
+                      gpu_tasks_per_s=g.profile.gpu_tasks_per_s, queue_cores=g.queue_cores) for g in groups]
+    has_llm = any(isinstance(s, GpuStage) for c in workload.classes for s in c.stages)
+    return tco(uses, operating_tasks_per_hour, queue_work_per_task(workload, queues),
+               call_mix(workload).orchestration_core_s_per_task, has_llm, racks, rack.reserved_power_w, a.costs)

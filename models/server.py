@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from models.hardware import Chassis, CpuSku, GpuSku
 from models.performance import GpuServing, call_mix
+from models.tco import CostAssumptions, server_price
 from models.workload import Workload
 
 
@@ -40,6 +41,7 @@ class ServerProfile:
     sandbox_memory_gb: float
     """Host memory available to sandboxes (memory minus the OS reservation)."""
     price_usd: float | None
+    """Capital cost: chassis + CPUs + GPUs + host memory (`models.tco.server_price`); None when a part is unpriced."""
     serving_key: str | None = None
     """Which GPU serving setup (SKU and tensor-parallel cap) this server's GPUs run."""
 
@@ -64,6 +66,7 @@ def server_profile(
     serving: GpuServing | None,
     os_reserved_memory_gb: float,
     serving_key: str | None = None,
+    costs: CostAssumptions | None = None,
 ) -> ServerProfile:
     power = chassis.base_power_w + chassis.cpu_sockets * cpu.tdp_w + (gpus * gpu.tdp_w if gpu else 0.0)
     liquid = power * chassis.liquid_capture_fraction
@@ -81,9 +84,7 @@ def server_profile(
     if gpu is not None and serving is not None:
         gpu_tps = gpus * serving.tasks_per_s_per_gpu()
         orch_tps = math.inf if per_task == 0 else orch * per_core
-    price = None
-    if chassis.price_usd and cpu.list_price_usd and (gpu is None or gpu.price_usd):
-        price = chassis.price_usd + chassis.cpu_sockets * cpu.list_price_usd + (gpus * gpu.price_usd if gpu else 0.0)
+    price, _ = server_price(chassis, cpu, gpu, gpus, costs or CostAssumptions())
     return ServerProfile(
         chassis=chassis,
         cpu=cpu,
