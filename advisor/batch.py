@@ -44,7 +44,8 @@ from advisor.errors import InputError
 from advisor.scenarios import Resolved, Scenario, canonical_json, resolve, sha256_of
 
 DB_NAME = "results.sqlite"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2 added the TCO columns; an older results file gains them when opened (its rows keep NULL there)."""
 BUSY_TIMEOUT_S = 30.0
 MAX_CRASH_RETRIES = 1
 """A solve in flight when a worker process died is retried alone this many times before it is recorded as a crash."""
@@ -53,12 +54,14 @@ COLUMNS = (
     ("scenario", "TEXT NOT NULL"), ("layout", "TEXT NOT NULL"), ("hash", "TEXT NOT NULL"),
     ("scenario_hash", "TEXT"), ("base", "TEXT"), ("sample", "INTEGER"), ("overrides_json", "TEXT"),
     ("inputs_json", "TEXT"), ("status", "TEXT NOT NULL"), ("throughput", "REAL"), ("predicted", "REAL"),
-    ("power_w", "REAL"), ("space_u", "INTEGER"), ("capital_usd", "REAL"), ("gap", "REAL"), ("bottleneck", "TEXT"),
+    ("power_w", "REAL"), ("space_u", "INTEGER"), ("capital_usd", "REAL"), ("cost_usd_per_hour", "REAL"),
+    ("cost_usd_per_1000_tasks", "REAL"), ("energy_wh_per_task", "REAL"), ("gap", "REAL"), ("bottleneck", "TEXT"),
     ("binding_json", "TEXT"), ("configuration_json", "TEXT"), ("message", "TEXT"), ("solve_seconds", "REAL"),
     ("started", "TEXT"), ("finished", "TEXT"), ("worker", "TEXT"), ("error", "TEXT"),
 )
 COLUMN_NAMES = tuple(c for c, _ in COLUMNS)
-RESULT_FIELDS = ("status", "throughput", "predicted", "power_w", "space_u", "capital_usd", "gap", "bottleneck",
+RESULT_FIELDS = ("status", "throughput", "predicted", "power_w", "space_u", "capital_usd", "cost_usd_per_hour",
+                 "cost_usd_per_1000_tasks", "energy_wh_per_task", "gap", "bottleneck",
                  "binding_json", "configuration_json", "message", "solve_seconds", "started", "finished", "worker",
                  "error")
 
@@ -87,21 +90,6 @@ def _catalog(digest: str, data: dict):
     return cat
 
 
-def capital_usd(configuration: dict, catalog) -> float | None:
-    """Price of a configuration's servers (chassis + CPU sockets + GPUs); None when any part has no price."""
-    total = 0.0
-    for g in configuration.get("servers", []):
-        ch = catalog.chassis[g["chassis"]]
-        cpu = catalog.cpus[g["cpu"]]
-        gpu = catalog.gpus[g["gpu"]] if g.get("gpu") else None
-        parts = [ch.price_usd, cpu.list_price_usd] + ([gpu.price_usd] if gpu else [])
-        if any(p is None for p in parts):
-            return None
-        n = g.get("gpus_per_server", 0)
-        total += g["count"] * (ch.price_usd + ch.cpu_sockets * cpu.list_price_usd + (n * gpu.price_usd if gpu else 0))
-    return total
-
-
 def solve_job(inputs: dict, catalog_json: dict) -> dict:
     """One optimize() call from resolved inputs; never raises for a bad scenario (the error becomes the row)."""
     started, t0 = _now(), time.perf_counter()
@@ -123,7 +111,7 @@ def solve_job(inputs: dict, catalog_json: dict) -> dict:
         return dict(
             status=res.status, throughput=res.throughput_tasks_per_hour, predicted=res.predicted_tasks_per_hour,
             power_w=res.power_w, space_u=res.space_u,
-            capital_usd=capital_usd(res.configuration, cat) if res.configuration else None, gap=res.gap,
+            **_tco_fields(res.tco), gap=res.gap,
             bottleneck=res.bottleneck, binding_json=json.dumps(res.binding_constraints),
             configuration_json=json.dumps(res.configuration), message=res.message,
             solve_seconds=time.perf_counter() - t0, started=started, finished=_now(), worker=worker, error=None)
@@ -133,9 +121,16 @@ def solve_job(inputs: dict, catalog_json: dict) -> dict:
         return _error_fields(f"{type(e).__name__}: {e}{at}", started, time.perf_counter() - t0, worker)
 
 
+def _tco_fields(t) -> dict:
+    """Cost columns of a result row from its `models.tco.Tco` (None where unknown)."""
+    return dict(capital_usd=t.capital_usd if t else None, cost_usd_per_hour=t.cost_usd_per_hour if t else None,
+                cost_usd_per_1000_tasks=t.cost_usd_per_1000_tasks if t else None,
+                energy_wh_per_task=t.energy_wh_per_task if t else None)
+
+
 def _error_fields(reason: str, started: str | None = None, seconds: float | None = None,
                   worker: str | None = None) -> dict:
-    return dict(status="error", throughput=None, predicted=None, power_w=None, space_u=None, capital_usd=None,
+    return dict(status="error", throughput=None, predicted=None, power_w=None, space_u=None, **_tco_fields(None),
                 gap=None, bottleneck=None, binding_json=None, configuration_json=None, message=None,
                 solve_seconds=seconds, started=started or _now(), finished=_now(), worker=worker, error=reason)
 
@@ -195,6 +190,10 @@ def connect(path: Path) -> sqlite3.Connection:
     db.execute("PRAGMA synchronous=FULL")
     db.execute(f"CREATE TABLE IF NOT EXISTS results ({', '.join(f'{c} {t}' for c, t in COLUMNS)}, "
                "PRIMARY KEY (scenario, layout))")
+    have = {r[1] for r in db.execute("PRAGMA table_info(results)")}
+    for c, t in COLUMNS:
+        if c not in have:  # a results file from an older version: add the column, keep every finished row
+            db.execute(f"ALTER TABLE results ADD COLUMN {c} {t.replace(' NOT NULL', '')}")
     db.execute("CREATE INDEX IF NOT EXISTS results_hash ON results(hash)")
     db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
     return db

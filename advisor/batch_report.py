@@ -16,7 +16,8 @@ from advisor.batch import COLUMN_NAMES, DB_NAME, read_rows
 
 LAYOUT_ORDER = ("a", "b", "hybrid")
 LAYOUT_COLORS = {"a": "#d62728", "b": "#1f77b4", "hybrid": "#2ca02c"}
-CSV_COLUMNS = ("scenario", "layout", "status", "throughput", "power_w", "space_u", "capital_usd", "gap", "bottleneck",
+CSV_COLUMNS = ("scenario", "layout", "status", "throughput", "power_w", "space_u", "capital_usd", "cost_usd_per_hour",
+               "cost_usd_per_1000_tasks", "energy_wh_per_task", "gap", "bottleneck",
                "binding_json", "solve_seconds", "started", "finished", "worker", "hash", "scenario_hash", "base",
                "sample", "overrides_json", "error", "message", "configuration_json")
 JSON_FIELDS = ("overrides_json", "inputs_json", "binding_json", "configuration_json")

@@ -107,11 +107,12 @@ def _metrics(row: dict | None) -> dict:
     if not row or row.get("status") == "error" or row.get("throughput") is None:
         return {"status": row.get("status") if row else None, "throughput": None, "power_w": None,
                 "wh_per_task": None, "capital_usd": None, "usd_per_task_per_hour": None,
-                "error": row.get("error") if row else None}
+                "usd_per_1000_tasks": None, "error": row.get("error") if row else None}
     t, p, c = row["throughput"], row["power_w"], row["capital_usd"]
     return {"status": row["status"], "throughput": t, "power_w": p,
-            "wh_per_task": p / t if t and p is not None else None, "capital_usd": c,
-            "usd_per_task_per_hour": c / t if t and c is not None else None, "error": row.get("error")}
+            "wh_per_task": row.get("energy_wh_per_task"), "capital_usd": c,
+            "usd_per_task_per_hour": c / t if t and c is not None else None,
+            "usd_per_1000_tasks": row.get("cost_usd_per_1000_tasks"), "error": row.get("error")}
 
 
 def check_point(base: Scenario, values: dict) -> None:
@@ -174,13 +175,14 @@ class SweepResult:
         with path.open("w", newline="", encoding="utf-8") as f:
             w = csv.writer(f)
             w.writerow([*self.paths, "layout", "status", "throughput_tasks_per_hour", "power_w", "wh_per_task",
-                        "capital_usd", "usd_per_task_per_hour", "best_layout", "error"])
+                        "capital_usd", "usd_per_task_per_hour", "usd_per_1000_tasks", "best_layout", "error"])
             for p in self.points:
                 for lay in self.layouts:
                     m = p["layouts"].get(lay) or _metrics(None)
                     w.writerow([*(p["values"][k] for k in self.paths), lay, m["status"], _c(m["throughput"]),
                                 _c(m["power_w"]), _c(m["wh_per_task"]), _c(m["capital_usd"]),
-                                _c(m["usd_per_task_per_hour"]), p["best"] or "", m["error"] or ""])
+                                _c(m["usd_per_task_per_hour"]), _c(m["usd_per_1000_tasks"]), p["best"] or "",
+                                m["error"] or ""])
         return path
 
     def figure(self):

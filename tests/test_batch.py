@@ -35,6 +35,7 @@ from advisor.scenarios import (
 from advisor.whatif import crossover, non_dominated, pareto, parse_vary, robustness, sweep
 from models.config import Configuration
 from models.pipeline import evaluate
+from models.tco import CostAssumptions
 
 MINI = Path(__file__).parent / "data" / "mini"
 ADVISOR = Path(sys.executable).parent / "advisor"
@@ -305,7 +306,8 @@ def test_pareto_front_non_dominated_and_feasible(tmp_path, mini_catalog, against
         if against == "cost":
             price = sum(g.count * (mini_catalog.chassis[g.chassis].price_usd + mini_catalog.chassis[g.chassis]
                                    .cpu_sockets * mini_catalog.cpus[g.cpu].list_price_usd
-                                   + g.gpus_per_server * (mini_catalog.gpus[g.gpu].price_usd if g.gpu else 0))
+                                   + g.gpus_per_server * (mini_catalog.gpus[g.gpu].price_usd if g.gpu else 0)
+                                   + mini_catalog.chassis[g.chassis].memory_gb * CostAssumptions().memory_usd_per_gb)
                         for g in cfg.servers)
             assert _close(price, p.cost)
     # more throughput never comes cheaper along the front

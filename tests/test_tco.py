@@ -168,3 +168,21 @@ def test_cli_objective_and_text(builtin):
     assert "per 1,000 tasks" in r.stdout and "Wh per task" in r.stdout
     r = runner.invoke(app, ["optimize", "-w", "swe-agent", "-r", "air-40kw", "--objective", "min_tco_for_throughput"])
     assert r.exit_code != 0 and "required" in r.output
+
+
+def test_older_results_file_gains_cost_columns(tmp_path):
+    import sqlite3
+
+    from advisor.batch import COLUMNS, connect
+
+    old = [(c, t) for c, t in COLUMNS if c not in ("cost_usd_per_hour", "cost_usd_per_1000_tasks",
+                                                   "energy_wh_per_task")]
+    path = tmp_path / "results.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute(f"CREATE TABLE results ({', '.join(f'{c} {t}' for c, t in old)}, PRIMARY KEY (scenario, layout))")
+        db.execute("INSERT INTO results (scenario, layout, hash, status, throughput) VALUES ('s', 'a', 'h', 'optimal', 5)")
+    db = connect(path)
+    cols = {r[1] for r in db.execute("PRAGMA table_info(results)")}
+    assert {"cost_usd_per_hour", "cost_usd_per_1000_tasks", "energy_wh_per_task"} <= cols
+    assert db.execute("SELECT throughput, cost_usd_per_hour FROM results").fetchall() == [(5.0, None)]
+    db.close()
