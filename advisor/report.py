@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from advisor.catalog import builtin_catalog, load_rack, load_workload
 from advisor.compare import LAYOUTS, ChipVsRack, LayoutComparison, chip_vs_rack, compare_layouts
 from advisor.errors import InputError
+from advisor.operations import operating_thresholds
 from advisor.optimize import BUDGET_GROUPS, OptimizeResult, optimize
 from advisor.options import Layout
 from advisor.settings import OptimizerSettings
@@ -30,7 +31,6 @@ from models.config import Configuration
 from models.hardware import Rack
 from models.performance import gpu_serving
 from models.pipeline import Evaluation, evaluate
-from models.queueing import mmc_mean_wait, mmc_wait_quantile
 from models.workload import CpuStage, Workload
 
 MAX_RACKS = 64
@@ -605,80 +605,55 @@ def layout_story(cmp: LayoutComparison, cat: Catalog) -> list[str]:
     return lines
 
 
-def _calls_per_task(w: Workload, classes: list[str]) -> float:
-    return sum(c.share * s.count for c in w.classes if c.name in classes for s in c.stages
-               if isinstance(s, CpuStage))
-
-
 def operations(res: OptimizeResult, w: Workload, assumptions: ModelAssumptions, headroom: float) -> dict:
-    """Metrics to watch with thresholds from the model's operating point: alert at value + headroom x (limit - value)."""
+    """Metrics to watch with thresholds from the model's operating point (numbers from `advisor.operations`, which
+    the Prometheus exporter uses too): alert at value + headroom x (limit - value)."""
     ev = res.evaluation
     if ev is None:
         return {"metrics": [], "alerts": {}}
-    q_tail = assumptions.tail_quantile
-    tail_label = f"p{q_tail * 100:g}"
-    lam = ev.arrival_rate_tasks_per_hour / 3600.0
-
-    def alert(u: float) -> float:
-        return u + headroom * (1.0 - u) if math.isfinite(u) else u
-
-    metrics, alerts = [], {}
-    for k, u in ev.utilization.items():
-        alerts[k] = alert(min(u, 1.0)) if math.isfinite(u) else 1.0
-    for q in ev.queues:
-        key = f"cpu:{q.name}"
-        u = ev.utilization.get(key)
-        if u is None or q.servers <= 0 or q.cores <= 0:
-            continue
-        lam_c = lam * _calls_per_task(w, q.classes)
-        u_alert = alerts[key]
-        lam_alert = lam_c * (u_alert / u) if u > 0 else 0.0
-        wait_op = mmc_wait_quantile(q.servers, lam_c, q.mean_call_s, q_tail)
-        wait_alert = mmc_wait_quantile(q.servers, lam_alert, q.mean_call_s, q_tail)
-        lq_op = lam_c * mmc_mean_wait(q.servers, lam_c, q.mean_call_s)
-        lq_alert = lam_alert * mmc_mean_wait(q.servers, lam_alert, q.mean_call_s)
-        depth_op = (u * q.cores + lq_op * q.mean_parallelism) / q.cores
-        depth_alert = (u_alert * q.cores + lq_alert * q.mean_parallelism) / q.cores
+    t = operating_thresholds(ev, w, assumptions, headroom)
+    tail_label = t.tail_label
+    metrics = []
+    for q in t.queues:
+        u, u_alert, wait_alert = q.utilization, q.utilization_alert, q.wait_tail_alert_s
         metrics += [
-            {"metric": f"CPU run-queue depth per core, queue {q.name}", "scope": f"hosts serving {', '.join(q.classes)}",
-             "expected": fmt(depth_op, ".2f"), "alert": f"> {fmt(depth_alert, '.2f')}",
+            {"metric": f"CPU run-queue depth per core, queue {q.queue}", "scope": f"hosts serving {', '.join(q.classes)}",
+             "expected": fmt(q.run_queue_depth_per_core, ".2f"), "alert": f"> {fmt(q.run_queue_depth_per_core_alert, '.2f')}",
              "basis": f"busy cores {u:.0%} of {q.cores:,.0f} plus waiting calls x {q.mean_parallelism:.2f} cores "
                       f"(M/M/{q.servers}); alert at {u_alert:.0%} load"},
-            {"metric": f"Tool-call wait for a core, {tail_label}, queue {q.name}", "scope": "scheduler / sandbox pool",
-             "expected": secs(wait_op), "alert": f"> {secs(max(wait_alert, 0.001))}",
-             "basis": f"models.queueing.mmc_wait_quantile(c={q.servers}, λ={lam_c:.3f}/s, "
+            {"metric": f"Tool-call wait for a core, {tail_label}, queue {q.queue}", "scope": "scheduler / sandbox pool",
+             "expected": secs(q.wait_tail_s), "alert": f"> {secs(max(wait_alert, 0.001))}",
+             "basis": f"models.queueing.mmc_wait_quantile(c={q.servers}, λ={q.calls_per_s:.3f}/s, "
                       f"call {q.mean_call_s:.2f} s) at {u:.0%} and at {u_alert:.0%} load"},
-            {"metric": f"Sandbox start time, {tail_label}, queue {q.name}", "scope": "sandbox runtime",
+            {"metric": f"Sandbox start time, {tail_label}, queue {q.queue}", "scope": "sandbox runtime",
              "expected": "pilot baseline", "alert": f"> baseline + {secs(max(wait_alert, 0.001))}",
              "basis": "the model has no sandbox start cost; a start waits for a core like a tool call, so alert "
                       "when it grows by more than the core wait at alert load"},
-            {"metric": f"I/O wait share of core time, queue {q.name}", "scope": "tool hosts",
-             "expected": "≈ 0 (tools modelled CPU-bound)", "alert": f"> {headroom * (1 - u):.0%}",
+            {"metric": f"I/O wait share of core time, queue {q.queue}", "scope": "tool hosts",
+             "expected": "≈ 0 (tools modelled CPU-bound)", "alert": f"> {q.iowait_share_alert:.0%}",
              "basis": f"I/O wait eats the {1 - u:.0%} headroom the queue has at {u:.0%} utilization; "
                       f"alert when it takes {headroom:.0%} of it"},
-            {"metric": f"CPU utilization, queue {q.name}", "scope": "tool hosts", "expected": f"{u:.0%}",
+            {"metric": f"CPU utilization, queue {q.queue}", "scope": "tool hosts", "expected": f"{u:.0%}",
              "alert": f"> {u_alert:.0%}", "basis": "pipeline model at the operating point"},
         ]
-    split = gpu_time_split(ev)
-    if split:
-        u = ev.utilization["gpu"]
-        idle_cpu = split["sustainable"]["idle_on_cpu"]
+    if t.gpu:
+        g = t.gpu
         metrics += [
-            {"metric": "GPU utilization (serving capacity in use)", "scope": "GPU servers", "expected": f"{u:.0%}",
-             "alert": f"> {alerts['gpu']:.0%}, or below {u:.0%} while arrivals are at plan",
+            {"metric": "GPU utilization (serving capacity in use)", "scope": "GPU servers", "expected": f"{g.utilization:.0%}",
+             "alert": f"> {g.utilization_alert:.0%}, or below {g.utilization:.0%} while arrivals are at plan",
              "basis": f"pipeline model at the operating point ({ev.operating_point})"},
             {"metric": "GPU idle waiting on CPU tools (share of capacity)", "scope": "GPU servers",
-             "expected": f"{idle_cpu:.0%}", "alert": f"> {alert(idle_cpu):.0%}",
+             "expected": f"{g.idle_on_cpu_fraction:.0%}", "alert": f"> {g.idle_on_cpu_alert:.0%}",
              "basis": "model gpu_idle_on_cpu_fraction: idle serving capacity attributed to tasks in CPU tool stages"},
         ]
-    if ev.p95_task_seconds is not None:
-        target = w.slo.p95_task_seconds if w.slo and w.slo.p95_task_seconds else None
+    if t.task_time:
+        tt = t.task_time
         metrics.append({"metric": f"Task completion time, {tail_label}", "scope": "agent orchestrator",
-                        "expected": fmt(ev.p95_task_seconds, ",.0f", "s"),
-                        "alert": f"> {fmt(target, ',.0f', 's')} (SLO)" if target else
-                        f"> {fmt(ev.p99_task_seconds, ',.0f', 's')} (model p99)",
+                        "expected": fmt(tt.expected_s, ",.0f", "s"),
+                        "alert": f"> {fmt(tt.alert_s, ',.0f', 's')} (SLO)" if tt.alert_basis == "slo" else
+                        f"> {fmt(tt.alert_s, ',.0f', 's')} (model p99)",
                         "basis": "lognormal mixture fit of per-class task-time mean and variance"})
-    return {"metrics": metrics, "alerts": alerts}
+    return {"metrics": metrics, "alerts": t.pool_alerts}
 
 
 def risks(res: OptimizeResult, cmp: LayoutComparison, sweeps: dict, sources: list[dict], w: Workload) -> list[str]:
