@@ -30,6 +30,8 @@ from models.catalog import Catalog, UnknownId
 from models.config import Configuration
 from models.hardware import Rack
 from models.performance import gpu_serving
+from models.tco import CostAssumptions
+from models.tco import server_price as tco_server_price
 from models.pipeline import Evaluation, evaluate
 from models.workload import CpuStage, Workload
 
@@ -153,9 +155,13 @@ def _gpus(r: OptimizeResult) -> int:
     return sum(s.count * s.gpus_per_server for s in r.servers)
 
 
-def _per_1000(power_w: float, tph: float) -> float | None:
-    """kWh per 1,000 tasks = kW / (tasks/h / 1000) = W / (tasks/h)."""
-    return power_w / tph if tph > 0 else None
+def _kwh_per_1000(r: OptimizeResult) -> float | None:
+    """Facility kWh per 1,000 tasks at the operating point (= Wh per task, `models.tco`)."""
+    return r.tco.energy_wh_per_task if r.tco is not None else None
+
+
+def _usd_per_1000(r: OptimizeResult) -> float | None:
+    return r.tco.cost_usd_per_1000_tasks if r.tco is not None else None
 
 
 def _best(results: list[OptimizeResult]) -> OptimizeResult:
@@ -328,11 +334,13 @@ def chart_layouts(results: list[OptimizeResult], ratios: dict[str, float | None]
                  ha="center", va="bottom", fontsize=7)
     ax1.set_ylabel("tasks per hour", fontsize=8)
     ax1.set_ylim(0, max(tph + [1.0]) * 1.3)
-    e = [_per_1000(r.power_w, r.throughput_tasks_per_hour) for r in results]
+    usd = [_usd_per_1000(r) for r in results]
+    priced = all(v is not None for v in usd)
+    e = usd if priced else [_kwh_per_1000(r) for r in results]
     ax2.bar(labels, [v or 0.0 for v in e], color=[LAYOUT_COLORS[r.layout] for r in results])
     for i, v in enumerate(e):
-        ax2.text(i, v or 0.0, fmt(v, ",.1f"), ha="center", va="bottom", fontsize=7)
-    ax2.set_ylabel("kWh per 1,000 tasks (provisioned)", fontsize=8)
+        ax2.text(i, v or 0.0, fmt(v, ",.2f" if priced else ",.1f"), ha="center", va="bottom", fontsize=7)
+    ax2.set_ylabel("USD per 1,000 tasks (TCO)" if priced else "facility kWh per 1,000 tasks", fontsize=8)
     ax2.set_ylim(0, max([v or 0.0 for v in e] + [1.0]) * 1.25)
     for ax in (ax1, ax2):
         _style(ax)
@@ -385,20 +393,15 @@ def _server_label(cat: Catalog, s) -> tuple[str, str]:
     return short, full
 
 
-def server_price(cat: Catalog, s) -> tuple[float | None, list[str]]:
-    """Catalog price of one server (chassis + CPUs + GPUs) and the parts without a price."""
-    ch, cpu = cat.chassis[s.chassis], cat.cpus[s.cpu]
-    missing, total = [], 0.0
-    for label, price, n in ((f"chassis {ch.id}", ch.price_usd, 1), (f"CPU {cpu.id}", cpu.list_price_usd, ch.cpu_sockets),
-                            *(((f"GPU {s.gpu}", cat.gpus[s.gpu].price_usd, s.gpus_per_server),) if s.gpu else ())):
-        if price is None:
-            missing.append(label)
-        else:
-            total += price * n
-    return (None if missing else total), missing
+def server_price(cat: Catalog, s, costs: CostAssumptions | None = None) -> tuple[float | None, list[str]]:
+    """Catalog price of one server (chassis + CPUs + GPUs + host memory) and the parts without a price."""
+    gpu = cat.gpus[s.gpu] if s.gpu else None
+    return tco_server_price(cat.chassis[s.chassis], cat.cpus[s.cpu], gpu, s.gpus_per_server,
+                            costs or CostAssumptions())
 
 
-def bill_of_materials(cat: Catalog, res: OptimizeResult, rack: Rack, racks: int) -> list[dict]:
+def bill_of_materials(cat: Catalog, res: OptimizeResult, rack: Rack, racks: int,
+                      costs: CostAssumptions | None = None) -> list[dict]:
     ev = res.evaluation
     out = []
     for r in range(racks):
@@ -408,7 +411,7 @@ def bill_of_materials(cat: Catalog, res: OptimizeResult, rack: Rack, racks: int)
                 continue
             ch, cpu = cat.chassis[s.chassis], cat.cpus[s.cpu]
             g = cat.gpus[s.gpu] if s.gpu else None
-            price, missing = server_price(cat, s)
+            price, missing = server_price(cat, s, costs)
             rows.append({
                 "count": s.count, "role": ch.role, "chassis_id": ch.id, "chassis": ch.name,
                 "cpu_id": cpu.id, "cpu": f"{cpu.vendor} {cpu.name}", "sockets": ch.cpu_sockets,
@@ -424,10 +427,10 @@ def bill_of_materials(cat: Catalog, res: OptimizeResult, rack: Rack, racks: int)
     return out
 
 
-def capital(cat: Catalog, res: OptimizeResult) -> dict:
+def capital(cat: Catalog, res: OptimizeResult, costs: CostAssumptions | None = None) -> dict:
     total, missing = 0.0, set()
     for s in res.servers:
-        p, miss = server_price(cat, s)
+        p, miss = server_price(cat, s, costs)
         if p is None:
             missing.update(miss)
         else:
@@ -840,7 +843,7 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
         extra[cvr.kind] |= {cvr.a.sku, cvr.b.sku}
     src = sources(cat, w, rack, cmp.results, extra)
     ops = operations(res, w, s.assumptions, req.alert_headroom)
-    cap = capital(cat, res)
+    cap = capital(cat, res, s.assumptions.costs)
     ratio = cmp.ratio_vs_a.get(chosen_layout)
     split = gpu_time_split(ev) if ev else None
 
@@ -868,8 +871,8 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
         "status": res.status, "message": res.message,
         "tasks_per_hour": res.throughput_tasks_per_hour, "ratio_vs_a": ratio,
         "a_tasks_per_hour": a.throughput_tasks_per_hour,
-        "kwh_per_1000_tasks": _per_1000(res.power_w, res.throughput_tasks_per_hour),
-        "a_kwh_per_1000_tasks": _per_1000(a.power_w, a.throughput_tasks_per_hour),
+        "kwh_per_1000_tasks": _kwh_per_1000(res), "a_kwh_per_1000_tasks": _kwh_per_1000(a),
+        "tco": res.tco.model_dump() if res.tco else None, "a_tco": a.tco.model_dump() if a.tco else None,
         "power_w": res.power_w, "power_budget_w": rack.power_kw * 1000 * req.racks,
         "space_u": res.space_u, "space_budget_u": rack.height_u * req.racks,
         "gpus": _gpus(res), "cores": ev.cores if ev else None, "bottleneck": res.bottleneck,
@@ -883,11 +886,11 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
         "title": f"Rack recommendation: {w.name} in {rack.name}",
         "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "req": req, "workload": w, "rack": rack, "cmp": cmp, "res": res, "ev": ev, "glance": glance,
-        "bom": bill_of_materials(cat, res, rack, req.racks), "elevation": elevation(cat, res, rack, req.racks),
+        "bom": bill_of_materials(cat, res, rack, req.racks, s.assumptions.costs), "elevation": elevation(cat, res, rack, req.racks),
         "split": split, "charts": charts, "sweeps": sweeps, "cvr": cvr, "cvr_error": cvr_error,
         "story": layout_story(cmp, cat), "ops": ops, "risks": risks(res, cmp, sweeps, src, w),
         "pilot": pilot_plan(res, w, rack, cat, req.racks, s.assumptions), "sources": src,
-        "assumptions": field_docs(s.assumptions),
+        "assumptions": [f for f in field_docs(s.assumptions) if f["name"] != "costs"],
         "optimizer_settings": [f for f in field_docs(s) if f["name"] not in ("assumptions", "time_limit_s")],
         "report_settings": [{"name": n, "value": getattr(req, n), "doc": f.description or ""}
                             for n, f in ReportRequest.model_fields.items()
@@ -895,7 +898,9 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
                                      "sweep_budget_s", "alert_headroom")],
         "constraints": [c for c in res.constraints if c.group in BUDGET_GROUPS],
         "bounds": sorted(ev.bounds, key=lambda b: b.tasks_per_hour) if ev else [],
-        "per_1000": {r.layout: _per_1000(r.power_w, r.throughput_tasks_per_hour) for r in cmp.results},
+        "per_1000": {r.layout: _kwh_per_1000(r) for r in cmp.results},
+        "usd_per_1000": {r.layout: _usd_per_1000(r) for r in cmp.results},
+        "cost_assumptions": field_docs(s.assumptions.costs),
         "gpus_of": {r.layout: _gpus(r) for r in cmp.results},
         "sections": SECTIONS,
     }

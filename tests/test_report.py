@@ -44,8 +44,15 @@ def test_report_figures_come_from_the_model(builtin_report):
     assert g["layout"] == cmp["best_layout"] == chosen["layout"]
     assert g["tasks_per_hour"] == chosen["throughput_tasks_per_hour"]
     assert g["ratio_vs_a"] == pytest.approx(cmp["ratio_vs_a"][g["layout"]])
-    assert g["kwh_per_1000_tasks"] == pytest.approx(chosen["power_w"] / chosen["throughput_tasks_per_hour"])
+    assert g["kwh_per_1000_tasks"] == pytest.approx(chosen["tco"]["energy_wh_per_task"])
+    assert g["tco"]["cost_usd_per_1000_tasks"] == pytest.approx(chosen["tco"]["cost_usd_per_1000_tasks"])
     glance = _section(html, "glance")
+    assert f"${g['tco']['cost_usd_per_1000_tasks']:,.2f}" in glance
+    # the cost table adds up: capital per hour + energy + space = cost per hour
+    t = chosen["tco"]
+    assert t["capital_usd_per_hour"] + t["energy_usd_per_hour"] + t["space_usd_per_hour"] == \
+        pytest.approx(t["cost_usd_per_hour"])
+    assert f"${t['cost_usd_per_hour']:,.2f}" in _section(html, "bom")
     assert f"{g['tasks_per_hour']:,.0f}" in glance
     assert f"{g['kwh_per_1000_tasks']:,.1f} kWh" in glance
     assert f"{g['ratio_vs_a']:.2f}x" in glance
