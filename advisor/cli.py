@@ -153,7 +153,8 @@ def optimize_cmd(
     solver: SolverOpt = typer.Option(SolverOpt.cbc, "--solver"),
     time_limit: float = typer.Option(60.0, "--time-limit", min=1, help="Seconds for the whole optimization."),
     objective: ObjectiveOpt = typer.Option(ObjectiveOpt.max_throughput, "--objective"),
-    required: Optional[float] = typer.Option(None, "--required-tasks-per-hour", help="For min_cost / min_power."),
+    required: Optional[float] = typer.Option(None, "--required-tasks-per-hour", help="For min_cost / min_power: the sustainable tasks/h to reach; for min_tco_for_throughput: the tasks/h "
+                                   "to serve at the operating load fraction."),
     capital: Optional[float] = typer.Option(None, "--capital-usd", help="Capital budget in USD."),
     gpus: Optional[list[str]] = typer.Option(None, "--gpu", help="Only these GPU SKUs (repeat)."),
     cpus: Optional[list[str]] = typer.Option(None, "--cpu", help="Only these CPU SKUs (repeat)."),

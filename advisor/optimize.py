@@ -414,8 +414,12 @@ def optimize(
                              "(chassis + CPUs + GPUs); add price_usd to the catalog entries you consider")
         options = priced
     # Without sandbox memory in play only capacity matters, so a smaller Pareto set of servers is exact.
-    capacity_options = options if (capital_budget_usd is not None or objective != "max_throughput") else \
-        prune_dominated(options, capacity_only=True)
+    if objective == "max_throughput" and capital_budget_usd is None:
+        capacity_options = prune_dominated(options, capacity_only=True)
+    elif objective in TCO_OBJECTIVES:
+        capacity_options = prune_dominated(options, capacity_only=True, costs=s.assumptions.costs)
+    else:
+        capacity_options = options
     best = None  # (key, problem snapshot, built, solution, notes, coupled)
     any_coupled = False
     single = None
@@ -441,8 +445,10 @@ def optimize(
                 break
             p.options = options if memory else capacity_options
             b = build(p, memory=memory)
-            hint = _replicated_start(b, p, layout, objective, backend, s, clock, memory) if racks > 1 else None
-            sol, _, notes = _solve_stages(b, p, layout, objective, backend, s, clock, hint)
+            if racks > 1:
+                sol, notes = _solve_row(b, p, layout, objective, backend, s, clock, memory)
+            else:
+                sol, _, notes = _solve_stages(b, p, layout, objective, backend, s, clock)
             if not sol.has_solution or b.x not in sol.values:
                 if best is None or (best[0][0] < 0 and not best[3].has_solution):
                     best = ((-1.0, 0.0), replace(p), b, sol, notes, coupled, None)
@@ -473,7 +479,9 @@ def optimize(
         any_coupled = any_coupled or coupled
     _, p, b, sol, notes, _, ev_best = best
     notes = warnings_pre + notes
-    result = _result(p, b, sol, notes, layout, backend, s, clock, t0, explain, ev_best)
+    # Shadow prices and +10% re-solves speak of throughput; for a cost objective they would answer another question.
+    result = _result(p, b, sol, notes, layout, backend, s, clock, t0, explain and objective == "max_throughput",
+                     ev_best)
     if racks > 1 and single is not None and single.configuration:
         rep = _replicate(single, racks, p, layout, backend, s, t0)
         if rep is not None and rep.throughput_tasks_per_hour > result.throughput_tasks_per_hour * (1 + MATERIAL_GAIN):
@@ -493,18 +501,43 @@ def optimize(
     return result
 
 
-def _replicated_start(b: Built, p: Problem, layout: Layout, objective: Objective, backend: str,
-                      s: OptimizerSettings, clock: _Clock, memory: bool) -> dict[str, float] | None:
-    """A starting point for R identical racks: R copies of the best single rack (feasible, since every rack has the
-    same budgets and row-level quantities scale by R). Identical racks make the search symmetric; starting from
-    this copy means the answer is never worse than it."""
+def _solve_row(b: Built, p: Problem, layout: Layout, objective: Objective, backend: str, s: OptimizerSettings,
+               clock: _Clock, memory: bool) -> tuple[Solution, list[str]]:
+    """R identical racks. For max_throughput (layouts b and hybrid) solve the rack-pattern program of
+    advisor/rowpatterns.py, seeded with the best single rack; it proves its gap with a column-generation bound.
+    Otherwise, or when the model does not aggregate, solve the row MILP directly from R copies of the best rack."""
+    from advisor.rowpatterns import solve_row
+
+    single = _single_rack(p, layout, objective, backend, s, clock, memory)
+    if objective == "max_throughput" and layout != "a":
+        seeds = [] if single is None else [{i: int(round(single[1].values.get(v, 0.0))) for (_, i), v in
+                                            single[0].n.items()}]
+        res = solve_row(b, p, lambda agg: _solve_stages(agg, p, layout, objective, backend, s, clock)[0], seeds,
+                        clock.remaining, s.mip_gap, s.row_pattern_iterations, s.row_pattern_enumeration_limit,
+                        s.throughput_tie_tolerance * b.x_upper)
+        if res is not None and res.solution.has_solution:
+            return res.solution, res.notes
+    hint = _replicated_start(b, p, single) if single is not None else None
+    sol, _, notes = _solve_stages(b, p, layout, objective, backend, s, clock, hint)
+    return sol, notes
+
+
+def _single_rack(p: Problem, layout: Layout, objective: Objective, backend: str, s: OptimizerSettings,
+                 clock: _Clock, memory: bool) -> tuple[Built, Solution] | None:
+    """The best single rack of this problem (same partition, caps and memory stage)."""
     if objective != "max_throughput" or layout == "a":
         return None
     p1 = replace(p, racks=1, utilization_caps=dict(p.utilization_caps))
     b1 = build(p1, memory=memory)
     sol1, _, _ = _solve_stages(b1, p1, layout, objective, backend, s, clock)
-    if not sol1.has_solution:
-        return None
+    return (b1, sol1) if sol1.has_solution else None
+
+
+def _replicated_start(b: Built, p: Problem, single: tuple[Built, Solution]) -> dict[str, float]:
+    """A starting point for R identical racks: R copies of the best single rack (feasible, since every rack has the
+    same budgets and row-level quantities scale by R). Identical racks make the search symmetric; starting from
+    this copy means the answer is never worse than it."""
+    b1, sol1 = single
     hint: dict[str, float] = {}
     count_names = set(b1.n.values())
     for name, val in sol1.values.items():

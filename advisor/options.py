@@ -9,7 +9,7 @@ from models.catalog import Catalog
 from models.hardware import Rack
 from models.performance import GpuServing, gpu_serving, serving_key, tp_cap
 from models.server import ServerProfile, server_profile
-from models.tco import CostAssumptions
+from models.tco import CostAssumptions, cpu_joules_per_reference_core_s, gpu_joules_per_task, idle_draw_w
 from models.workload import Workload
 
 Layout = Literal["a", "b", "hybrid"]
@@ -92,9 +92,32 @@ def _dominates_capacity(a: ServerOption, b: ServerOption) -> bool:
             and pa.liquid_heat_w <= pb.liquid_heat_w and pa.space_u <= pb.space_u)
 
 
-def prune_dominated(options: list[ServerOption], capacity_only: bool = False) -> list[ServerOption]:
-    """Drop options another option dominates; among identical ones keep the first (a stable, canonical choice)."""
-    dom = _dominates_capacity if capacity_only else _dominates
+def _dominates_cost(a: ServerOption, b: ServerOption, costs: CostAssumptions) -> bool:
+    """Capacity dominance that also holds for cost objectives: a costs no more to buy or to keep idle, and its work
+    takes no more energy (per task on its GPUs, per reference-core second on its cores)."""
+    pa, pb = a.profile, b.profile
+    if not _dominates_capacity(a, b) or pa.price_usd is None or pb.price_usd is None or pa.price_usd > pb.price_usd:
+        return False
+    if (pa.gpus == 0) != (pb.gpus == 0):
+        return False
+    if idle_draw_w(pa.chassis, pa.cpu, pa.gpu, pa.gpus, costs) > idle_draw_w(pb.chassis, pb.cpu, pb.gpu, pb.gpus, costs):
+        return False
+    if cpu_joules_per_reference_core_s(pa.chassis, pa.cpu, costs) > cpu_joules_per_reference_core_s(pb.chassis, pb.cpu,
+                                                                                                    costs):
+        return False
+    return not pa.gpus or gpu_joules_per_task(pa.gpu, pa.gpus, pa.gpu_tasks_per_s, costs) <= \
+        gpu_joules_per_task(pb.gpu, pb.gpus, pb.gpu_tasks_per_s, costs)
+
+
+def prune_dominated(options: list[ServerOption], capacity_only: bool = False,
+                    costs: CostAssumptions | None = None) -> list[ServerOption]:
+    """Drop options another option dominates; among identical ones keep the first (a stable, canonical choice).
+    `costs` (with capacity_only) keeps what a cost objective could prefer."""
+    if capacity_only and costs is not None:
+        def dom(a: ServerOption, b: ServerOption) -> bool:
+            return _dominates_cost(a, b, costs)
+    else:
+        dom = _dominates_capacity if capacity_only else _dominates
     keep: list[ServerOption] = []
     for i, o in enumerate(options):
         dominated = False

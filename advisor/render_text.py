@@ -120,13 +120,15 @@ def print_optimize(res, console: Console) -> None:
 
 def print_compare(cmp, console: Console) -> None:
     t = Table(title="Layouts")
-    for c in ("layout", "status", "tasks/h", "vs A", "GPUs", "power kW", "U", "bottleneck", "binding"):
+    for c in ("layout", "status", "tasks/h", "vs A", "GPUs", "power kW", "U", "USD/1k tasks", "bottleneck", "binding"):
         t.add_column(c)
     for r in cmp.results:
         ratio = cmp.ratio_vs_a.get(r.layout)
         gpus = sum(s.count * s.gpus_per_server for s in r.servers)
         t.add_row(r.layout, r.status, f"{r.throughput_tasks_per_hour:,.0f}", f"{ratio:.2f}x" if ratio else "n/a",
-                  str(gpus), f"{r.power_w / 1000:,.1f}", str(r.space_u), r.bottleneck,
+                  str(gpus), f"{r.power_w / 1000:,.1f}", str(r.space_u),
+                  f"{r.tco.cost_usd_per_1000_tasks:,.2f}" if r.tco and r.tco.cost_usd_per_1000_tasks is not None
+                  else "n/a", r.bottleneck,
                   ", ".join(r.binding_constraints))
     console.print(t)
     console.print(cmp.summary)
