@@ -20,6 +20,12 @@ class OptimizerSettings(Frozen):
     """When breaking ties by power and cost, keep throughput within this relative distance of the optimum."""
     slo_iterations: int = Field(default=5, gt=0)
     """Solves allowed to settle per-queue utilization caps for a tool-wait target (and to add sandbox memory)."""
+    row_pattern_iterations: int = Field(default=200, gt=0)
+    """Column-generation rounds for a row of identical racks (advisor/rowpatterns.py). Each adds one rack pattern;
+    the built-in presets converge in 10-60 rounds, and the bound is valid at any round, so the cap only costs gap."""
+    row_pattern_enumeration_limit: int = Field(default=20000, gt=0)
+    """Most rack patterns enumerated to close a row's remaining gap exactly (patterns within the gap in reduced cost);
+    beyond it the gap is reported as is. 20,000 columns keep the integer master to seconds with CBC."""
     dinkelbach_iterations: int = Field(default=12, gt=0)
     """Solves allowed for the cost-per-task ratio (Dinkelbach's method converges superlinearly; 3-6 are typical)."""
     assumptions: ModelAssumptions = ModelAssumptions()

@@ -188,6 +188,29 @@ def test_optimum_matches_oracle_two_racks(i):
     _check_against_oracle(5000 + i, "hybrid", racks=2)
 
 
+ROW_BEATS_COPIES = [(7001, 2), (7001, 3), (7002, 2), (7002, 3), (7004, 2), (7004, 3), (7005, 3), (7006, 2),
+                    (7006, 3), (7007, 2), (7007, 3), (7011, 2), (7011, 3), (7012, 2), (7012, 3), (7014, 3)]
+"""(seed, racks) of random instances whose row optimum exceeds racks x the best single rack (found by scanning
+seeds 7000-7014 with the oracle): racks of different kinds, e.g. CPU-only nodes in one rack serving another's GPUs."""
+
+
+@pytest.mark.parametrize("seed,racks", ROW_BEATS_COPIES)
+def test_row_mixes_rack_kinds_matches_oracle(seed, racks):
+    """Rows where copying the best rack is not optimal: the row search (rack patterns) must find the enumerated
+    optimum of the server totals and prove it."""
+    inst = _instance(seed, racks)
+    single = oracle(inst.catalog, inst.workload, inst.rack, "hybrid", racks=1)
+    row = _oracle(seed, "hybrid", racks)
+    assert row.tasks_per_hour > racks * single.tasks_per_hour * (1 + 1e-4), "premise: copies are not optimal"
+    assert any(k.split("|")[2] == "-" for k in row.counts), "premise: the optimum uses CPU-only nodes"
+    _check_against_oracle(seed, "hybrid", racks=racks)
+    res = _solve(seed, "hybrid", "cbc", racks)
+    assert res.gap is not None and res.gap <= MIP_GAP, (res.status, res.gap)
+    assert len({tuple(sorted((_key(s), s.count) for s in res.servers if s.rack == r))
+                for r in range(racks)}) > 1, "the racks differ"
+    _check_against_oracle(seed, "b", racks=racks)
+
+
 @pytest.mark.parametrize("layout", ["hybrid", "b"])
 @pytest.mark.parametrize("i", range(N_BACKENDS))
 def test_backends_agree(i, layout):
