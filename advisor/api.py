@@ -17,17 +17,18 @@ from typing import Any, Callable, Literal, TypeVar
 
 import anyio
 from fastapi import APIRouter, FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor import __version__
 from advisor.catalog import builtin_catalog, load_catalog, load_rack, load_workload
 from advisor.compare import LayoutComparison, compare_layouts
 from advisor.errors import InputError
+from advisor.export import Artifact, ExportSettings, export
 from advisor.optimize import Objective, OptimizeResult, optimize
 from advisor.options import Layout
 from advisor.report import MAX_RACKS, ReportRequest, render_report
-from advisor.service import evaluate_configuration
+from advisor.service import evaluate_configuration, resolve_inputs
 from advisor.settings import OptimizerSettings
 from advisor.settings_api import ApiSettings
 from advisor.store import ReportStore
@@ -103,6 +104,30 @@ class CompareRequest(_SolveRequest):
 
     explain: bool = False
     """Shadow prices and what-it-takes re-solves for every layout (slower)."""
+
+
+class ExportRequest(_Request):
+    """An operations artifact (Kubernetes manifests, Slurm bundle, Prometheus rules) for a configuration, or for the
+    optimizer's answer to the same inputs as /v1/optimize when no configuration is given."""
+
+    format: Literal["k8s", "slurm", "prometheus"]
+    configuration: Configuration | None = None
+    """Export this configuration (evaluated first); omitted: optimize `layout` and export its answer."""
+    workload: str | dict[str, Any] | None = None
+    """Workload preset id or inline object; with a configuration, omitted: the configuration's `workload`."""
+    rack: str | dict[str, Any] | None = None
+    """Rack profile id or inline object; with a configuration, omitted: the configuration's `rack`."""
+    layout: Layout = "hybrid"
+    """Layout to optimize when no configuration is given."""
+    racks: int = Field(default=1, ge=1, le=MAX_RACKS)
+    solver: Literal["cbc", "ortools"] = "cbc"
+    time_limit_s: float | None = Field(default=None, gt=0)
+    """Solver time limit (capped by the server's time_limit_cap_s)."""
+    alert_headroom: float = Field(default=0.5, gt=0, lt=1)
+    """Alert thresholds sit this far from the model's value towards the metric's limit (as in reports)."""
+    assumptions: ModelAssumptions | None = None
+    settings: ExportSettings | None = None
+    """Export choices (name prefix, label domain, reserved cores, GPU device table, Prometheus windows)."""
 
 
 class ReportCreated(BaseModel):
@@ -374,6 +399,33 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
                 raise InputError(str(e)) from None
 
         return await pool().run(run)
+
+    @v1.post("/export", tags=["export"], response_class=PlainTextResponse,
+             responses={200: {"content": {"application/yaml": {}, "text/plain": {}},
+                              "description": "The artifact: k8s and prometheus as YAML, slurm as a text bundle."}})
+    async def export_ep(req: ExportRequest) -> PlainTextResponse:
+        def run() -> Artifact:
+            cat = get_catalog()
+            a = req.assumptions or ModelAssumptions()
+            if req.configuration is not None:
+                w, r = resolve_inputs(req.configuration, req.workload, req.rack, cat)
+                source = req.configuration
+            else:
+                if req.workload is None or req.rack is None:
+                    raise InputError("give a configuration, or workload and rack to optimize")
+                w, r = load_workload(req.workload, cat), load_rack(req.rack, cat)
+                source = optimize(w, r, cat, layout=req.layout, racks=req.racks, backend=req.solver,
+                                  time_limit_s=cap(req.time_limit_s), settings=OptimizerSettings(assumptions=a),
+                                  explain=False)
+            try:
+                return export(req.format, source, w, cat, rack=r, assumptions=a, alert_headroom=req.alert_headroom,
+                              settings=req.settings)
+            except ValueError as e:
+                raise InputError(str(e)) from None
+
+        art = await pool().run(run)
+        return PlainTextResponse(art.text, media_type=art.media_type,
+                                 headers={"Content-Disposition": f'attachment; filename="{art.filename}"'})
 
     @v1.post("/reports", response_model=ReportCreated, status_code=201, tags=["reports"])
     async def create_report(req: ReportRequest, request: Request) -> ReportCreated:

@@ -242,7 +242,7 @@ def chip_vs_rack_cmd(
         out.print(res.explanation)
 
 
-EXTENSIONS = ("advisor.cli_report", "advisor.cli_sim", "advisor.cli_batch")
+EXTENSIONS = ("advisor.cli_report", "advisor.cli_sim", "advisor.cli_batch", "advisor.cli_export")
 """Modules that add commands (serve, report, simulate, fit, batch, ...) through a `register(app)` function."""
 
 

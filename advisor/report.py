@@ -659,6 +659,33 @@ def operations(res: OptimizeResult, w: Workload, assumptions: ModelAssumptions, 
     return {"metrics": metrics, "alerts": t.pool_alerts}
 
 
+def export_links(res: OptimizeResult, w: Workload, cat: Catalog, assumptions: ModelAssumptions,
+                 headroom: float) -> list[dict]:
+    """The operations artifacts (`advisor export`) as data: URLs, so the self-contained report can offer them as
+    downloads under its `default-src 'none'` policy. A format that cannot be exported says why instead."""
+    import base64
+
+    from advisor.export import FORMATS, plan_for, render
+
+    if not res.configuration or res.evaluation is None:
+        return []
+    try:
+        plan = plan_for(res, w, cat, assumptions=assumptions, alert_headroom=headroom)
+    except ValueError as e:
+        return [{"format": f, "filename": None, "href": None, "bytes": 0, "error": str(e)} for f in FORMATS]
+    out = []
+    for f in FORMATS:
+        try:
+            art = render(f, plan)
+        except ValueError as e:
+            out.append({"format": f, "filename": None, "href": None, "bytes": 0, "error": str(e)})
+            continue
+        data = art.text.encode("utf-8")
+        out.append({"format": f, "filename": art.filename, "bytes": len(data), "error": None,
+                    "href": f"data:{art.media_type};charset=utf-8;base64,{base64.b64encode(data).decode()}"})
+    return out
+
+
 def risks(res: OptimizeResult, cmp: LayoutComparison, sweeps: dict, sources: list[dict], w: Workload) -> list[str]:
     out = []
     ev = res.evaluation
@@ -903,6 +930,7 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
         "cost_assumptions": field_docs(s.assumptions.costs),
         "gpus_of": {r.layout: _gpus(r) for r in cmp.results},
         "sections": SECTIONS,
+        "exports": export_links(res, w, cat, s.assumptions, req.alert_headroom),
     }
     html = _env().get_template("report.html.j2").render(**ctx)
     timing["total_s"] = time.perf_counter() - t0
