@@ -17,6 +17,11 @@ from models.queueing import mmc_mean_wait, mmc_wait_quantile
 from models.workload import CpuStage, Workload
 
 
+WAIT_RESOLUTION_S = 0.001
+"""Waits under a millisecond are scheduling noise, not queueing for a core: the report shows them as "< 1 ms" and
+no wait alert sits below this."""
+
+
 class QueueThresholds(Frozen):
     """One tool queue at the operating point and at the alert load."""
 
@@ -40,6 +45,8 @@ class QueueThresholds(Frozen):
     """Tail (tail_quantile) wait for a core at the operating point, M/M/c."""
     wait_tail_alert_s: float
     """Tail wait for a core at the alert load."""
+    wait_alert_s: float
+    """Wait alert threshold: wait_tail_alert_s, at least WAIT_RESOLUTION_S."""
     run_queue_depth_per_core: float
     """(busy cores + waiting calls x mean parallelism) / cores at the operating point."""
     run_queue_depth_per_core_alert: float
@@ -113,7 +120,8 @@ def operating_thresholds(ev: Evaluation, w: Workload, assumptions: ModelAssumpti
             mean_parallelism=q.mean_parallelism, utilization=u, utilization_alert=u_alert,
             calls_per_s=lam_c, calls_per_s_alert=lam_alert,
             wait_tail_s=mmc_wait_quantile(q.servers, lam_c, q.mean_call_s, q_tail),
-            wait_tail_alert_s=mmc_wait_quantile(q.servers, lam_alert, q.mean_call_s, q_tail),
+            wait_tail_alert_s=(w_alert := mmc_wait_quantile(q.servers, lam_alert, q.mean_call_s, q_tail)),
+            wait_alert_s=max(w_alert, WAIT_RESOLUTION_S),
             run_queue_depth_per_core=(u * q.cores + lq_op * q.mean_parallelism) / q.cores,
             run_queue_depth_per_core_alert=(u_alert * q.cores + lq_alert * q.mean_parallelism) / q.cores,
             iowait_share_alert=headroom * (1 - u),

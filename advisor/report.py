@@ -618,18 +618,18 @@ def operations(res: OptimizeResult, w: Workload, assumptions: ModelAssumptions, 
     tail_label = t.tail_label
     metrics = []
     for q in t.queues:
-        u, u_alert, wait_alert = q.utilization, q.utilization_alert, q.wait_tail_alert_s
+        u, u_alert, wait_alert = q.utilization, q.utilization_alert, q.wait_alert_s
         metrics += [
             {"metric": f"CPU run-queue depth per core, queue {q.queue}", "scope": f"hosts serving {', '.join(q.classes)}",
              "expected": fmt(q.run_queue_depth_per_core, ".2f"), "alert": f"> {fmt(q.run_queue_depth_per_core_alert, '.2f')}",
              "basis": f"busy cores {u:.0%} of {q.cores:,.0f} plus waiting calls x {q.mean_parallelism:.2f} cores "
                       f"(M/M/{q.servers}); alert at {u_alert:.0%} load"},
             {"metric": f"Tool-call wait for a core, {tail_label}, queue {q.queue}", "scope": "scheduler / sandbox pool",
-             "expected": secs(q.wait_tail_s), "alert": f"> {secs(max(wait_alert, 0.001))}",
+             "expected": secs(q.wait_tail_s), "alert": f"> {secs(wait_alert)}",
              "basis": f"models.queueing.mmc_wait_quantile(c={q.servers}, λ={q.calls_per_s:.3f}/s, "
                       f"call {q.mean_call_s:.2f} s) at {u:.0%} and at {u_alert:.0%} load"},
             {"metric": f"Sandbox start time, {tail_label}, queue {q.queue}", "scope": "sandbox runtime",
-             "expected": "pilot baseline", "alert": f"> baseline + {secs(max(wait_alert, 0.001))}",
+             "expected": "pilot baseline", "alert": f"> baseline + {secs(wait_alert)}",
              "basis": "the model has no sandbox start cost; a start waits for a core like a tool call, so alert "
                       "when it grows by more than the core wait at alert load"},
             {"metric": f"I/O wait share of core time, queue {q.queue}", "scope": "tool hosts",

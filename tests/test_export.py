@@ -312,7 +312,7 @@ def test_prometheus_rules_pass_promtool(case, hybrid, mini, tmp_path):
     for q in t.queues:
         qid = plan.queue(q.queue).id
         mine = {x["alert"]: x for x in rules if x["labels"].get("queue") == qid}
-        assert mine["ToolCallWaitHigh"]["expr"].endswith(f"> {q.wait_tail_alert_s:.6g}")
+        assert mine["ToolCallWaitHigh"]["expr"].endswith(f"> {q.wait_alert_s:.6g}")
         assert mine["ToolQueueCpuUtilizationHigh"]["expr"].endswith(f"> {q.utilization_alert:.6g}")
         assert mine["ToolQueueRunQueueDepthHigh"]["expr"].endswith(f"> {q.run_queue_depth_per_core_alert:.6g}")
         assert mine["ToolQueueIowaitHigh"]["expr"].endswith(f"> {q.iowait_share_alert:.6g}")

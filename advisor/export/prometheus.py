@@ -14,6 +14,7 @@ import yaml
 
 from advisor.export.names import DNS1123_LABEL
 from advisor.export.plan import Plan, QueuePlan
+from advisor.operations import WAIT_RESOLUTION_S
 
 GROUP_LABEL = "ra_group"
 """Target label naming the server group on node_exporter and DCGM series."""
@@ -110,20 +111,22 @@ def queue_rules(plan: Plan, q: QueuePlan) -> list[dict]:
               'node_exporter node_cpu_seconds_total{mode="iowait"}'),
         _rule("ToolCallWaitHigh",
               f"histogram_quantile({phi}, sum by (le) (rate(agent_tool_call_wait_seconds_bucket{{{qsel}}}[{win}]))) "
-              f"> {_num(th.wait_tail_alert_s)}", for_, lbl,
+              f"> {_num(th.wait_alert_s)}", for_, lbl,
               f"Tool queue {name!r}: {t.tail_label} wait for a core above the model's figure at alert load",
               f"{t.tail_label} {th.wait_tail_s:.4g} s at the operating point",
               f"M/M/c wait quantile: c={th.servers}, {th.calls_per_s:.3f} calls/s, mean call {th.mean_call_s:.2f} s; "
-              f"threshold at {th.calls_per_s_alert:.3f} calls/s ({th.utilization_alert:.1%} load)",
+              f"threshold at {th.calls_per_s_alert:.3f} calls/s ({th.utilization_alert:.1%} load), at least "
+              f"{WAIT_RESOLUTION_S * 1000:g} ms",
               _app("agent_tool_call_wait_seconds")),
         _rule("SandboxStartSlow",
               f"histogram_quantile({phi}, sum by (le) (rate(agent_sandbox_start_seconds_bucket{{{qsel}}}[{win}]))) "
               f"> histogram_quantile({phi}, sum by (le) (rate(agent_sandbox_start_seconds_bucket{{{qsel}}}"
-              f"[{s.baseline_window}]))) + {_num(th.wait_tail_alert_s)}", for_, lbl,
+              f"[{s.baseline_window}]))) + {_num(th.wait_alert_s)}", for_, lbl,
               f"Tool queue {name!r}: sandbox start {t.tail_label} grew by more than the core wait at alert load",
               f"the trailing {s.baseline_window} {t.tail_label} (the pilot baseline)",
               f"the model has no sandbox start cost; a start waits for a core like a tool call, so alert when it "
-              f"grows by more than the {t.tail_label} core wait at alert load ({th.wait_tail_alert_s:.4g} s)",
+              f"grows by more than the {t.tail_label} core wait at alert load ({th.wait_alert_s:.4g} s, at least "
+              f"{WAIT_RESOLUTION_S * 1000:g} ms)",
               _app("agent_sandbox_start_seconds")),
     ]
 
