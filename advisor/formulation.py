@@ -7,8 +7,8 @@ Variables (X in tasks per hour):
   w[g]     binary   GPU SKU g is the one in use (only when a sandbox-memory limit makes the SKU matter)
   z[q,s]   binary   tool queue q runs on CPU SKU s (same condition)
   xg[g], xs[q,s] cont. throughput routed through GPU SKU g / through CPU SKU s in queue q
-Groups: power, cooling_air, cooling_liquid, space (per rack), gpu_serving, tool_cores:<q>, sandbox_memory:<q>,
-core_split, sku_choice, capital, required_throughput, gpu_first. docs/model.md states each in math.
+Groups: power, cooling_air, cooling_liquid, space (per rack), gpu_serving, tool_cores:<q>, slo:<q> (tail-wait
+capacity curve), sandbox_memory:<q>, core_split, sku_choice, capital, required_throughput, gpu_first. docs/model.md states each in math.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass, field
 
 from advisor.options import ServerOption
+from advisor.settings import OptimizerSettings
+from advisor.slo_curve import QueueCalls, curve, max_servers_bound, queue_calls
 from advisor.solver.linear import LinearModel, safe_name
 from models.hardware import Rack
 from models.performance import GpuServing, cpu_call_seconds, stage_gpu_latency_s
@@ -39,8 +41,11 @@ class Problem:
     capital_budget_usd: float | None = None
     required_tasks_per_hour: float | None = None
     queue_names: list[str] = field(default_factory=list)
-    utilization_caps: dict[str, float] = field(default_factory=dict)
-    """Per tool queue, the largest core utilization its tail-wait target allows (set by the SLO iteration)."""
+    settings: OptimizerSettings = field(default_factory=OptimizerSettings)
+    """Tail-wait curve settings (`slo_curve_*`) and the model assumptions (tail quantile)."""
+    slo_curves: bool = False
+    """Add the tail-wait capacity curves (slo:<q>); off for the first solve, which is a relaxation of the model
+    with them (the optimizer adds them only when the evaluator finds a tail-wait bound below the answer)."""
     operating_tasks_per_hour: float | None = None
     """Tasks/h the configuration is to serve (a TCO objective's demand); None: the default operating point."""
 
@@ -220,10 +225,8 @@ def build(p: Problem, memory: bool = True) -> Built:
             terms = {y[i, q2]: -p.options[i].profile.per_core_perf for (i, q2) in y if q2 == qi}
             terms[x] = work[qi] / HOUR_S
             m.add(safe_name(f"tool_cores_{qname}"), f"tool_cores:{qname}", terms, "<=", 0.0)
-            cap = p.utilization_caps.get(qname)
-            if cap is not None and cap < 1.0:
-                slo_terms = {k: v * cap if k != x else v for k, v in terms.items()}
-                m.add(safe_name(f"slo_{qname}"), f"slo:{qname}", slo_terms, "<=", 0.0)
+    if p.slo_curves:
+        add_slo_curves(m, p, y, x, count)
 
     if needs_choice:
         gpu_ids = sorted(p.servings)
@@ -269,6 +272,73 @@ def build(p: Problem, memory: bool = True) -> Built:
     m.objective = {x: 1.0}
     m.maximize = True
     return Built(m, n, y, x, needs_choice, x_ub, u)
+
+
+def slo_queues(p: Problem) -> list[tuple[int, str, list[float], list[QueueCalls]]]:
+    """Queues with a tail-wait target: (index, name, the distinct core speeds of the servers that can give the queue
+    cores, ascending, and the queue's call figures at each speed)."""
+    slo = p.workload.slo
+    if not slo or not slo.tool_wait_p95_seconds:
+        return []
+    speeds = sorted({o.profile.per_core_perf for o in p.options if o.profile.tool_cores > 0})
+    out = []
+    for qi, qname in enumerate(p.queue_names):
+        qcs = [queue_calls(p.workload, p.partition[qi], v) for v in speeds]
+        if speeds and all(qc is not None for qc in qcs):
+            out.append((qi, qname, speeds, qcs))
+    return out
+
+
+def add_slo_curves(m: LinearModel, p: Problem, y, x: str, count) -> None:
+    """slo:<q>: the queue's call rate under its piecewise-linear capacity curve in its integer server count
+    (advisor/slo_curve.py; docs/model.md section 9.4). The curve is chosen together with a core-speed level: at level
+    l the queue takes cores only from servers at least that fast, and the curve assumes speed l (conservative for a
+    mix, exact for one speed). One binary per (level, segment); exactly one is set."""
+    s = p.settings
+    for qi, qname, speeds, qcs in slo_queues(p):
+        opts = [i for (i, q2) in y if q2 == qi]
+        if not opts:
+            continue
+        # most cores the queue can get: every rack filled with tool cores, fractionally (a valid bound)
+        most = min(sum(p.options[i].profile.tool_cores * sum(m.vars[v].ub for v in count[i]) for i in opts),
+                   p.racks * _knapsack_bound(p, lambda o: o.profile.tool_cores))
+        tag = safe_name(qname)
+        pbar = qcs[0].mean_parallelism
+        top = max_servers_bound(most, qcs[0])
+        c = m.var(f"slo_servers_{tag}", 0, top, integer=True)
+        m.add(f"slo_cores_{tag}", f"slo:{qname}", {c: pbar, **{y[i, qi]: -1.0 for i in opts}}, "<=", 0.0)
+        pick: dict[str, float] = {}
+        link: dict[str, float] = {c: 1.0}
+        rate: dict[str, float] = {x: qcs[0].calls_per_task / HOUR_S}
+        level_on: list[dict[str, float]] = []
+        for li, qc in enumerate(qcs):
+            segs = curve(qc, p.workload.slo.tool_wait_p95_seconds, s.assumptions.tail_quantile, top,
+                         s.slo_curve_exact_servers, s.slo_curve_tolerance)
+            on: dict[str, float] = {}
+            for k, sg in enumerate(segs):
+                h = m.var(f"slo_seg_{tag}_l{li}_{k}", 0, 1, integer=True)
+                pick[h] = on[h] = 1.0
+                if sg.end == sg.start:
+                    link[h] = -float(sg.start)
+                    rate[h] = -sg.value
+                    continue
+                ck = m.var(f"slo_segc_{tag}_l{li}_{k}", 0, sg.end)
+                m.add(f"slo_seg_lo_{tag}_l{li}_{k}", f"slo:{qname}", {ck: -1.0, h: float(sg.start)}, "<=", 0.0)
+                m.add(f"slo_seg_hi_{tag}_l{li}_{k}", f"slo:{qname}", {ck: 1.0, h: -float(sg.end)}, "<=", 0.0)
+                link[ck] = -1.0
+                rate[ck] = -sg.slope
+                rate[h] = -(sg.value - sg.slope * sg.start)
+            level_on.append(on)
+        m.add(f"slo_segment_{tag}", f"slo:{qname}", pick, "==", 1.0)
+        m.add(f"slo_link_{tag}", f"slo:{qname}", link, "==", 0.0)
+        m.add(f"slo_{tag}", f"slo:{qname}", rate, "<=", 0.0)
+        for i in opts:  # cores only from servers at least as fast as the chosen level
+            allowed = {h: 1.0 for li, on in enumerate(level_on) if speeds[li] <= p.options[i].profile.per_core_perf
+                       for h in on}
+            if len(allowed) < len(pick):
+                big = p.options[i].profile.tool_cores * sum(m.vars[v].ub for v in count[i])
+                m.add(f"slo_speed_{tag}_o{i}", f"slo:{qname}",
+                      {y[i, qi]: 1.0, **{h: -big for h in allowed}}, "<=", 0.0)
 
 
 def power_terms(b: Built, p: Problem) -> dict[str, float]:

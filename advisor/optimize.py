@@ -9,7 +9,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from advisor.formulation import Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound, power_terms
+from advisor.formulation import (Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound,
+                                 power_terms, slo_queues)
 from advisor.options import Layout, ServerOption, enumerate_options, prune_dominated
 from advisor.settings import OptimizerSettings
 from advisor.solver import LinearModel, Solution, Var, solve
@@ -435,7 +436,7 @@ def optimize(
         if pi > 0 and clock.expired():
             break
         p = Problem(workload, rack, racks, capacity_options, servings, part, capital_budget_usd,
-                    required_tasks_per_hour, operating_tasks_per_hour=operating_tasks_per_hour)
+                    required_tasks_per_hour, operating_tasks_per_hour=operating_tasks_per_hour, settings=s)
         # Sandbox memory needs SKU-choice binaries; solve without it first and keep that answer when the evaluator
         # confirms memory does not bind (the relaxation's optimum is then optimal for the full problem).
         memory = False
@@ -445,10 +446,14 @@ def optimize(
                 break
             p.options = options if memory else capacity_options
             b = build(p, memory=memory)
+            solved = b.model
             if racks > 1:
                 sol, notes = _solve_row(b, p, layout, objective, backend, s, clock, memory)
             else:
-                sol, _, notes = _solve_stages(b, p, layout, objective, backend, s, clock)
+                sol, solved, notes = _solve_stages(b, p, layout, objective, backend, s, clock)
+            if p.slo_curves:  # the evaluator floors cores into tool slots: values in full precision
+                from advisor.rowpatterns import polish
+                sol = polish(solved, sol)
             if not sol.has_solution or b.x not in sol.values:
                 if best is None or (best[0][0] < 0 and not best[3].has_solution):
                     best = ((-1.0, 0.0), replace(p), b, sol, notes, coupled, None)
@@ -459,21 +464,26 @@ def optimize(
             power = sum(power_terms(b, p).get(k, 0) * v for k, v in sol.values.items())
             # Every candidate is judged by what the evaluator says it delivers (and, for cost objectives, costs).
             key = (x_eval, -power) if objective == "max_throughput" else _cost_key(ev, objective, p, power, sol, b)
-            if best is None or key > best[0]:
-                best = (key, replace(p, utilization_caps=dict(p.utilization_caps)), b, sol, notes, False, ev)
+            # on a tie (within solver precision), the solve with the tail-wait curves wins: its prediction is the
+            # evaluated figure, while the relaxation's prediction ignores the target
+            tie = (p.slo_curves and objective == "max_throughput" and best is not None
+                   and key[0] >= best[0][0] * (1 - s.throughput_tie_tolerance))
+            if best is None or key > best[0] or tie:
+                best = (key, replace(p), b, sol, notes, False, ev)
             if ev is None:
                 break
             short = [bd for bd in ev.bounds if bd.tasks_per_hour < x_mip * (1 - 1e-7)]
             if not memory and any(bd.kind == "memory" for bd in short):
                 memory = coupled = True
                 continue
-            caps = _slo_caps(ev, p.workload, s)
-            if not any(bd.kind == "slo" for bd in short) and x_eval <= x_mip * (1 + 1e-7):
-                break  # the answer delivers what the MILP predicted
-            coupled = True
-            if all(abs(caps.get(q, 1.0) - p.utilization_caps.get(q, 1.0)) < 1e-9 for q in caps):
-                break  # caps settled
-            p.utilization_caps = caps
+            # Tail-wait target, lazily as for memory: the solve without it is a relaxation, so an answer whose
+            # evaluated slo bounds do not bind is optimal. Otherwise re-solve with the slo:<q> capacity curves. They
+            # couple the queues (pooling favours sharing, the call-time mix splitting) and their core speed is
+            # conservative for mixed SKUs: compare partitions and the relaxed layout, as for memory.
+            if not p.slo_curves and slo_queues(p) and any(bd.kind == "slo" for bd in short):
+                p.slo_curves = coupled = True
+                continue
+            break
         if best is not None and best[1].partition == part:
             best = (*best[:5], coupled, best[6])
         any_coupled = any_coupled or coupled
@@ -527,7 +537,7 @@ def _single_rack(p: Problem, layout: Layout, objective: Objective, backend: str,
     """The best single rack of this problem (same partition, caps and memory stage)."""
     if objective != "max_throughput" or layout == "a":
         return None
-    p1 = replace(p, racks=1, utilization_caps=dict(p.utilization_caps))
+    p1 = replace(p, racks=1)
     b1 = build(p1, memory=memory)
     sol1, _, _ = _solve_stages(b1, p1, layout, objective, backend, s, clock)
     return (b1, sol1) if sol1.has_solution else None
@@ -600,24 +610,6 @@ def _cost_key(ev: Evaluation | None, objective: Objective, p: Problem, power_w: 
     else:
         value = power_w
     return (meets, -(math.inf if value is None else value), x_eval)
-
-
-def _slo_caps(ev: Evaluation, workload: Workload, s: OptimizerSettings) -> dict[str, float]:
-    """Utilization each queue may run at and still meet the tool-wait target, at the size this answer gave it
-    (M/M/c; a larger queue may run hotter, so the next solve uses the new caps)."""
-    from models.queueing import max_arrival_for_wait
-
-    slo = workload.slo
-    if not slo or not slo.tool_wait_p95_seconds:
-        return {}
-    caps = {}
-    for q in ev.queues:
-        if q.servers <= 0 or q.mean_call_s <= 0:
-            continue
-        lam = max_arrival_for_wait(q.servers, q.mean_call_s, slo.tool_wait_p95_seconds / q.wait_scale,
-                                   s.assumptions.tail_quantile)
-        caps[q.name] = min(1.0, lam * q.mean_call_s * q.mean_parallelism / q.cores) if q.cores > 0 else 1.0
-    return caps
 
 
 def _result(p: Problem, b: Built, sol: Solution, notes: list[str], layout: Layout, backend: str,

@@ -151,8 +151,9 @@ def _fits(mm: _Master, pat: tuple[int, ...]) -> bool:
                for use, cap in mm.budgets) and all(n <= mm.ub[i] for i, n in zip(mm.options, pat))
 
 
-def _lp(model: LinearModel, objective: dict[str, float]):
-    """LP relaxation of `model` maximizing `objective` with HiGHS: (value, row duals by name) or None."""
+def _lp(model: LinearModel, objective: dict[str, float], return_x: bool = False):
+    """LP relaxation of `model` maximizing `objective` with HiGHS: (value, row duals by name), or (value, variable
+    values) with `return_x`; None if not solved."""
     names = list(model.vars)
     col = {n: j for j, n in enumerate(names)}
     c = np.zeros(len(names))
@@ -174,6 +175,8 @@ def _lp(model: LinearModel, objective: dict[str, float]):
                   A_eq=np.array(a_eq) if a_eq else None, b_eq=b_eq or None, bounds=bounds, method="highs")
     if res.status != 0:
         return None
+    if return_x:
+        return -float(res.fun), dict(zip(names, (float(v) for v in res.x)))
     duals = {}
     for nm, mu in zip(ub_names, res.ineqlin.marginals if a_ub else []):
         duals[nm if isinstance(nm, str) else nm[0]] = -float(mu)  # >= 0: objective gained per unit of rhs
@@ -375,3 +378,20 @@ def solve_row(b: Built, p: Problem, solve_master: Callable[[Built], Solution], s
     out = Solution(status, sol.objective, values, best_bound=bound, gap=gap,
                    seconds=time.perf_counter() - t_cg, backend=sol.backend)
     return RowResult(out, bound, len(mm.patterns), it, converged, enumerated, notes)
+
+
+def polish(model: LinearModel, sol: Solution) -> Solution:
+    """Recompute the continuous values of a MIP answer in full double precision (HiGHS LP with every integer fixed).
+    CBC reports values to about 8 significant digits; where the evaluator floors (tool slots = floor(cores / p)),
+    a core count printed a little low would lose a whole server."""
+    if not sol.has_solution:
+        return sol
+    fixed = model.copy()
+    fixed.vars = {k: (type(v)(v.name, round(sol.values.get(k, 0.0)), round(sol.values.get(k, 0.0)), False)
+                      if v.integer else v) for k, v in model.vars.items()}
+    got = _lp(fixed, model.objective if model.maximize else {k: -a for k, a in model.objective.items()}, True)
+    if got is None:
+        return sol
+    value, x = got
+    return Solution(sol.status, value if model.maximize else -value, x, sol.best_bound, sol.gap, sol.seconds,
+                    sol.duals, sol.backend)

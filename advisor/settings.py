@@ -26,6 +26,14 @@ class OptimizerSettings(Frozen):
     row_pattern_enumeration_limit: int = Field(default=20000, gt=0)
     """Most rack patterns enumerated to close a row's remaining gap exactly (patterns within the gap in reduced cost);
     beyond it the gap is reported as is. 20,000 columns keep the integer master to seconds with CBC."""
+    slo_curve_exact_servers: int = Field(default=16, ge=1)
+    """Tool-queue sizes (servers) up to which the tail-wait capacity curve has a breakpoint at every integer, so it is
+    exact (advisor/slo_curve.py). Small queues are where pooling bends the curve most; above this the segments grow
+    while the secant stays within `slo_curve_tolerance`."""
+    slo_curve_tolerance: float = Field(default=1e-3, gt=0, lt=0.1)
+    """Largest relative understatement of a queue's tail-wait capacity between breakpoints above the exact range. The
+    curve's segments shorten as sqrt(tolerance); 0.1% is well below the closed form's own accuracy (median 1.2% on
+    throughput, docs/validation.md) and keeps a 2,000-server queue to about 50 segments per core-speed level."""
     dinkelbach_iterations: int = Field(default=12, gt=0)
     """Solves allowed for the cost-per-task ratio (Dinkelbach's method converges superlinearly; 3-6 are typical)."""
     assumptions: ModelAssumptions = ModelAssumptions()

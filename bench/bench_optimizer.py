@@ -6,7 +6,8 @@
 Sections:
   layouts  one rack, built-in catalog, layouts a / b / hybrid (swe-agent, rl-rollout x air-40kw, liquid-130kw)
   catalog  catalogs scaled to ~100 CPU and ~30 GPU SKUs (perturbed copies of the built-in entries, new ids)
-  racks    1, 10, 100 racks
+  racks    1, 10, 100 racks (swe-agent, rl-rollout, and rl-rollout split into 8 classes)
+  slo      a binding tool-wait target (rl-rollout on air-40kw, p95 wait 0.5 s), layouts b and hybrid
   classes  1, 4, 16 task classes (a preset's classes split into perturbed sub-classes)
   oracle   the MILP against the exhaustive oracle (tests/oracle.py) at the largest size the oracle finishes in the
            time budget (~60 s by default), with the speed ratio
@@ -178,16 +179,36 @@ def bench_catalog(repeats: int, quick: bool, time_limit: float) -> None:
 def bench_racks(repeats: int, quick: bool, time_limit: float) -> None:
     cat = builtin_catalog()
     counts = [1, 10, 100]
-    for w, r in (("swe-agent", "air-40kw"), ("rl-rollout", "liquid-130kw")):
-        t = Table(f"racks, hybrid, {w} on {r} (ratio: time / 1 rack; limit {time_limit:g} s)")
+    cases = [("swe-agent", "air-40kw", 1), ("rl-rollout", "liquid-130kw", 1), ("rl-rollout", "liquid-130kw", 8)]
+    for w, r, k in cases:
+        wl = cat.workloads[w] if k == 1 else split_classes(cat.workloads[w], k)
+        label = f"{w}" if k == 1 else f"{w} split into {len(wl.classes)} classes"
+        t = Table(f"racks, hybrid, {label} on {r} (ratio: time / 1 rack; limit {time_limit:g} s)")
         base = None
         for n in counts:
             s = OptimizerSettings(time_limit_s=time_limit)
-            res, times = timed(repeats, lambda: optimize(cat.workloads[w], cat.racks[r], cat, layout="hybrid",
+            res, times = timed(repeats, lambda: optimize(wl, cat.racks[r], cat, layout="hybrid",
                                                          racks=n, explain=False, settings=s))
             base = base or statistics.median(times)
             per = res.throughput_tasks_per_hour / n
             t.row(f"{n} racks", res, times, statistics.median(times) / base, f"({per:,.1f} tasks/h per rack)")
+
+
+def bench_slo(repeats: int, quick: bool, time_limit: float) -> None:
+    from models.workload import Slo
+
+    cat = builtin_catalog()
+    wl = cat.workloads["rl-rollout"].model_copy(update={"slo": Slo(tool_wait_p95_seconds=0.5)})
+    t = Table(f"tail-wait target 0.5 s, rl-rollout on air-40kw (ratio: time / layout b; limit {time_limit:g} s)")
+    base = None
+    for lay in ("b", "hybrid"):
+        s = OptimizerSettings(time_limit_s=time_limit)
+        res, times = timed(repeats, lambda: optimize(wl, cat.racks["air-40kw"], cat, layout=lay, explain=False,
+                                                     settings=s))
+        base = base or statistics.median(times)
+        slo = min((b.tasks_per_hour for b in res.evaluation.bounds if b.kind == "slo"), default=None)
+        t.row(f"layout {lay}", res, times, statistics.median(times) / base,
+              f"(slo bound {slo:,.1f}; predicted {res.predicted_tasks_per_hour:,.1f})" if slo else "")
 
 
 def bench_classes(repeats: int, quick: bool, time_limit: float) -> None:
@@ -245,12 +266,13 @@ def main(argv=None) -> None:
                     "sections (default 60 s; 10 s with --quick)")
     ap.add_argument("--oracle-budget", type=float, default=None, help="seconds the oracle may take (default 60; "
                     "5 with --quick)")
-    ap.add_argument("--only", nargs="*", choices=["layouts", "catalog", "racks", "classes", "oracle"], default=None)
+    ap.add_argument("--only", nargs="*", choices=["layouts", "catalog", "racks", "slo", "classes", "oracle"],
+                    default=None)
     a = ap.parse_args(argv)
     repeats = a.repeats or (1 if a.quick else 5)
     tl = a.time_limit or (10.0 if a.quick else 60.0)
     ob = a.oracle_budget or (5.0 if a.quick else 60.0)
-    only = set(a.only or ["layouts", "catalog", "racks", "classes", "oracle"])
+    only = set(a.only or ["layouts", "catalog", "racks", "slo", "classes", "oracle"])
     t0 = time.perf_counter()
     print(f"rack-advisor optimizer benchmark: repeats {repeats}, time limit {tl:g} s, oracle budget {ob:g} s"
           f"{' (quick)' if a.quick else ''}")
@@ -260,6 +282,8 @@ def main(argv=None) -> None:
         bench_catalog(repeats, a.quick, tl)
     if "racks" in only:
         bench_racks(repeats, a.quick, tl)
+    if "slo" in only:
+        bench_slo(repeats, a.quick, tl)
     if "classes" in only:
         bench_classes(repeats, a.quick, tl)
     if "oracle" in only:

@@ -1,0 +1,101 @@
+"""The tail-wait SLO as capacity curves in the MILP (advisor/slo_curve.py): the curve against the evaluator's
+function, and the optimizer against a brute-force enumeration filtered by the evaluator's SLO check."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from advisor.optimize import optimize
+from advisor.settings import OptimizerSettings
+from advisor.slo_curve import QueueCalls, curve
+from models.config import Configuration
+from models.pipeline import evaluate
+from models.queueing import max_arrival_for_wait
+from models.workload import Slo
+from oracle import oracle, random_instance, tool_work_per_task
+from oracle_slo import oracle_slo, queue_figures
+
+QUANTILE = OptimizerSettings().assumptions.tail_quantile
+EXACT = OptimizerSettings(slo_curve_exact_servers=100_000)
+"""Every server count a breakpoint: the curve is exact, so the optimum must equal the enumeration's."""
+
+
+@pytest.mark.parametrize("mean,target,scale", [(2.0, 1.0, 1.0), (13.3, 0.5, 4.0), (0.8, 0.05, 1.5)])
+def test_curve_is_exact_at_breakpoints_and_below_between(mean, target, scale):
+    qc = QueueCalls(1.0, mean, 1.0, scale)
+    tol = 1e-3
+    segs = curve(qc, target, QUANTILE, 3000, 16, tol)
+    assert segs[0].start == 0 and segs[-1].end == 3000
+    assert all(a.end + 1 == b.start for a, b in zip(segs, segs[1:]))
+    for sg in segs:
+        for c in sorted({sg.start, (sg.start + sg.end) // 2, sg.end}):
+            true = max_arrival_for_wait(c, mean, target / scale, QUANTILE)
+            line = sg.value + sg.slope * (c - sg.start)
+            assert line <= true * (1 + 1e-12), (sg, c)
+            assert line >= true * (1 - tol) - 1e-12, (sg, c)
+            if c == sg.start:
+                assert line == pytest.approx(true, rel=1e-15)
+    assert all(s.start == s.end for s in segs[:17])
+
+
+def _slo_instance(seed: int):
+    """A one-CPU-SKU random instance with a tail-wait target tight enough to bind (or None)."""
+    inst = random_instance(seed, max_power_kw=12.0, max_vectors=3000)
+    if len(inst.catalog.cpus) != 1 or not inst.notes["llm"] or tool_work_per_task(inst.workload) <= 0:
+        return None
+    speed = next(iter(inst.catalog.cpus)).per_core_perf
+    _, mean, _, scale = queue_figures(inst.workload, speed)
+    target = mean * scale * (0.02 + 0.3 * ((seed * 7919) % 100) / 100)
+    return inst, inst.workload.model_copy(update={"slo": Slo(tool_wait_p95_seconds=target)}), target
+
+
+@functools.lru_cache(maxsize=None)
+def _binding_seeds(n: int) -> list[int]:
+    out = []
+    for seed in range(9000, 9400):
+        got = _slo_instance(seed)
+        if got is None:
+            continue
+        inst, wl, target = got
+        free = oracle(inst.catalog, inst.workload, inst.rack, "b").tasks_per_hour
+        with_slo, _ = oracle_slo(inst.catalog, wl, inst.rack, "b", target, QUANTILE)
+        if 0 < with_slo < free * (1 - 1e-4):
+            out.append(seed)
+        if len(out) >= n:
+            break
+    return out
+
+
+N_SLO = 12
+
+
+@pytest.mark.parametrize("k", range(N_SLO))
+@pytest.mark.parametrize("layout", ["b", "hybrid"])
+def test_slo_optimum_matches_enumeration(k, layout):
+    seeds = _binding_seeds(N_SLO)
+    assert len(seeds) == N_SLO
+    inst, wl, target = _slo_instance(seeds[k])
+    if layout == "hybrid" and len(wl.classes) > 1:
+        wl = wl.model_copy(update={"classes": [wl.classes[0].model_copy(update={"share": 1.0})]})
+    expect, vec = oracle_slo(inst.catalog, wl, inst.rack, layout, target, QUANTILE)
+    res = optimize(wl, inst.rack, inst.catalog, layout=layout, explain=False, settings=EXACT)
+    ctx = (seeds[k], layout, res.throughput_tasks_per_hour, expect, vec, res.status, res.warnings)
+    assert res.throughput_tasks_per_hour == pytest.approx(expect, rel=1e-6), ctx
+    assert res.predicted_tasks_per_hour == pytest.approx(res.throughput_tasks_per_hour, rel=1e-6), ctx
+    # the evaluator is the judge: the configuration meets the tail-wait target at its throughput
+    ev = evaluate(Configuration.model_validate(res.configuration), wl, inst.rack, inst.catalog)
+    assert ev.within_budgets
+    slo = [b for b in ev.bounds if b.kind == "slo"]
+    assert slo and min(b.tasks_per_hour for b in slo) >= ev.throughput_tasks_per_hour * (1 - 1e-9)
+    for q in ev.queues:
+        if q.servers:
+            lam = ev.throughput_tasks_per_hour / 3600 * q.calls_per_task if hasattr(q, "calls_per_task") else None
+            if lam is not None:
+                assert lam <= max_arrival_for_wait(q.servers, q.mean_call_s, target / q.wait_scale, QUANTILE) * (
+                    1 + 1e-9)
+    # with the default (coarser) curve the answer still meets the target and loses at most the curve tolerance
+    dflt = optimize(wl, inst.rack, inst.catalog, layout=layout, explain=False)
+    assert dflt.throughput_tasks_per_hour <= expect * (1 + 1e-6)
+    assert dflt.throughput_tasks_per_hour >= expect * (1 - OptimizerSettings().slo_curve_tolerance) - 1e-6
