@@ -481,6 +481,9 @@ def optimize(
             # couple the queues (pooling favours sharing, the call-time mix splitting) and their core speed is
             # conservative for mixed SKUs: compare partitions and the relaxed layout, as for memory.
             if not p.slo_curves and slo_queues(p) and any(bd.kind == "slo" for bd in short):
+                # This answer misses the target as solved; if it is kept (the solve with curves does worse, e.g. on
+                # its time limit), it is not proven optimal: the relaxation's X bounds the optimum.
+                sol.status, sol.gap = "feasible", max(0.0, (x_mip - x_eval) / max(1e-9, x_eval))
                 p.slo_curves = coupled = True
                 continue
             break
