@@ -186,3 +186,26 @@ def test_older_results_file_gains_cost_columns(tmp_path):
     assert {"cost_usd_per_hour", "cost_usd_per_1000_tasks", "energy_wh_per_task"} <= cols
     assert db.execute("SELECT throughput, cost_usd_per_hour FROM results").fetchall() == [(5.0, None)]
     db.close()
+
+
+def test_api_cost_objectives_over_http(tmp_path):
+    from api_server import Server
+
+    s = Server(tmp_path, workers=1).start()
+    try:
+        with s.client() as c:
+            r = c.post("/v1/optimize", json={"workload": "agent", "rack": "r40", "layout": "hybrid",
+                                             "objective": "min_tco_for_throughput", "required_tasks_per_hour": 500,
+                                             "explain": False, "assumptions": {"costs": {"pue": 1.2}}})
+            assert r.status_code == 200, r.text
+            body = r.json()
+            assert body["tco"]["operating_tasks_per_hour"] == pytest.approx(500)
+            assert body["tco"]["assumptions"]["pue"] == 1.2
+            assert body["tco"]["facility_power_w"] == pytest.approx(body["tco"]["it_power_w"] * 1.2)
+            r = c.post("/v1/optimize", json={"workload": "agent", "rack": "r40", "objective": "min_tco_for_throughput"})
+            assert r.status_code == 422 and "required_tasks_per_hour" in r.text
+            r = c.post("/v1/optimize", json={"workload": "agent", "rack": "r40",
+                                             "assumptions": {"costs": {"pue": 0.5}}})
+            assert r.status_code == 422 and "pue" in r.text
+    finally:
+        s.stop()
