@@ -3,10 +3,10 @@
 from pydantic import Field
 
 from models.assumptions import ModelAssumptions
-from models.base import Frozen
+from models.base import Input
 
 
-class OptimizerSettings(Frozen):
+class OptimizerSettings(Input):
     """How the optimizer searches, and the rules that define the GPU-first layout."""
 
     layout_a_orchestration_cores_per_gpu: float = Field(default=2.0, ge=0)

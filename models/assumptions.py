@@ -2,11 +2,11 @@
 
 from pydantic import Field
 
-from models.base import Frozen
+from models.base import Input
 from models.tco import CostAssumptions
 
 
-class ModelAssumptions(Frozen):
+class ModelAssumptions(Input):
     """Defaults the pipeline model needs beyond the catalogs. Override per run; each says where it comes from."""
 
     host_os_reserved_memory_gb: float = Field(default=32.0, ge=0)

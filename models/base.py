@@ -9,7 +9,14 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
 
-class Sourced(Frozen):
+class Input(Frozen):
+    """A model read from users (catalog entries, workloads, configurations, settings): NaN and infinities are
+    rejected, naming the field (output models may carry inf, e.g. the utilization of a pool with no capacity)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False)
+
+
+class Sourced(Input):
     """A catalog entry: an id plus where its figures come from."""
 
     id: str

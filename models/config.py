@@ -2,13 +2,13 @@
 
 from pydantic import Field, model_validator
 
-from models.base import Frozen
+from models.base import Input
 
 SHARED_QUEUE = "shared"
 """Name of the single tool queue used when a configuration does not partition queues."""
 
 
-class ServerGroup(Frozen):
+class ServerGroup(Input):
     """Identical servers in one rack."""
 
     chassis: str
@@ -39,7 +39,7 @@ class ServerGroup(Frozen):
         return self
 
 
-class Queue(Frozen):
+class Queue(Input):
     """An isolated tool queue: a pool of cores serving the tool calls of some task classes."""
 
     name: str = Field(min_length=1)
@@ -48,7 +48,7 @@ class Queue(Frozen):
     """Task classes whose tool calls (and sandboxes) this queue serves."""
 
 
-class OperatingPoint(Frozen):
+class OperatingPoint(Input):
     """Where to read latencies: a closed loop of agents or an open arrival rate."""
 
     agents: int | None = Field(default=None, gt=0)
@@ -66,7 +66,7 @@ class OperatingPoint(Frozen):
         return self
 
 
-class Configuration(Frozen):
+class Configuration(Input):
     """What is in the rack(s) and how it is scheduled."""
 
     name: str = "configuration"

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from models.base import Frozen
+from models.base import Frozen, Input
 from models.hardware import Chassis, CpuSku, GpuSku
 
 HOURS_PER_YEAR = 8760.0
@@ -22,7 +22,7 @@ J_PER_KWH = 3.6e6
 HOURS_PER_MONTH = HOURS_PER_YEAR / 12
 
 
-class CostAssumptions(Frozen):
+class CostAssumptions(Input):
     """Money and energy assumptions for TCO. Each default says where it comes from; override per run."""
 
     amortization_years: float = Field(default=5.0, gt=0)

@@ -4,13 +4,13 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from models.base import Frozen, Sourced
+from models.base import Input, Sourced
 
 SHARE_TOLERANCE = 1e-6
 """Class shares must sum to 1 within this tolerance (floating-point slack only)."""
 
 
-class GpuCalibration(Frozen):
+class GpuCalibration(Input):
     """Measured serving throughput of the model on one GPU SKU, at full batch."""
 
     gpu: str
@@ -67,7 +67,7 @@ class ServedModel(Sourced):
         return self
 
 
-class _Stage(Frozen):
+class _Stage(Input):
     name: str = Field(min_length=1)
     """Stage name, e.g. `generate`, `run_tests`."""
     count: float = Field(gt=0)
@@ -114,7 +114,7 @@ class DelayStage(_Stage):
 Stage = Annotated[GpuStage | CpuStage | DelayStage, Field(discriminator="resource")]
 
 
-class TaskClass(Frozen):
+class TaskClass(Input):
     """One kind of agent task and its share of the mix."""
 
     name: str = Field(min_length=1)
@@ -127,7 +127,7 @@ class TaskClass(Frozen):
     """Stages in the order a task runs them (one turn's worth, repeated by each stage's count)."""
 
 
-class Slo(Frozen):
+class Slo(Input):
     """Service targets."""
 
     p95_task_seconds: float | None = Field(default=None, gt=0)
