@@ -13,7 +13,7 @@ import logging
 import math
 import time
 from contextlib import asynccontextmanager
-from typing import Any, Callable, Literal, TypeVar
+from typing import Any, Awaitable, Callable, Literal, TypeVar
 
 import anyio
 from fastapi import APIRouter, FastAPI, HTTPException, Request
@@ -21,7 +21,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor import __version__
-from advisor.catalog import builtin_catalog, load_catalog, load_rack, load_workload
+from advisor.catalog import builtin_catalog, catalog_refs_only, load_catalog, load_rack, load_workload
 from advisor.compare import LayoutComparison, compare_layouts
 from advisor.errors import InputError
 from advisor.export import Artifact, ExportSettings, export
@@ -161,8 +161,13 @@ class ErrorOut(BaseModel):
     suggestions: list[str] | None = None
 
 
-ERRORS = {401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 413: {"model": ErrorOut}, 422: {"model": ErrorOut},
-          503: {"model": ErrorOut, "description": "No solve slot within queue_wait_s; see Retry-After."}}
+ERRORS = {400: {"model": ErrorOut, "description": "The body is not JSON, or Content-Length is not a number."},
+          401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 413: {"model": ErrorOut},
+          422: {"model": ErrorOut, "description": "Invalid input; the message (or each error's `loc`) names the field."},
+          503: {"model": ErrorOut, "description": "No solve slot within queue_wait_s; see Retry-After.",
+                "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait."}}}}
+DISCONNECT_POLL_S = 0.05
+"""How often a request waiting for a solve slot checks whether its client is still there."""
 
 
 # ------------------------------------------------------------------------------------------------------ worker pool
@@ -172,8 +177,14 @@ class Busy(Exception):
         self.retry_after = retry_after
 
 
+class ClientGone(Exception):
+    """The client disconnected while its request waited for a solve slot: the work is abandoned, never started."""
+
+
 class SolvePool:
-    """At most `workers` solves at once, each in a worker thread; waiting for a slot is bounded in time."""
+    """At most `workers` solves at once, each in a worker thread; waiting for a slot is bounded in time, and a
+    request whose client disconnects while it waits gives up its place without starting its solve. Every solve runs
+    under `catalog_refs_only`: strings in a request are catalog ids, never files to read."""
 
     def __init__(self, workers: int, queue_wait_s: float):
         self.workers, self.queue_wait_s = workers, queue_wait_s
@@ -183,23 +194,54 @@ class SolvePool:
         self.waiting = 0
         self.mean_s = 1.0
         """Running mean of solve time, for Retry-After."""
+        self.abandoned = 0
+        """Requests whose client left while they waited for a slot (their solves never started)."""
 
     def retry_after(self) -> int:
         return max(1, math.ceil(self.mean_s * max(1, self.waiting) / self.workers))
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _acquire(self, disconnected: Callable[[], Awaitable[bool]] | None) -> bool:
+        """Wait for a slot; False when the client disconnected first (no slot is then held)."""
+        if disconnected is None:
+            await self.slots.acquire()
+            return True
+        gone = False
+        async with anyio.create_task_group() as tg:
+            async def watch() -> None:
+                nonlocal gone
+                while not await disconnected():
+                    await anyio.sleep(DISCONNECT_POLL_S)
+                gone = True
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            await self.slots.acquire()  # cancelled by watch(): anyio gives back a slot granted in the same instant
+            tg.cancel_scope.cancel()
+        return not gone
+
+    async def run(self, fn: Callable[..., T], *args: Any,
+                  disconnected: Callable[[], Awaitable[bool]] | None = None) -> T:
         self.waiting += 1
+        got = False
         try:
             with anyio.move_on_after(self.queue_wait_s) as scope:
-                await self.slots.acquire()
+                got = await self._acquire(disconnected)
         finally:
             self.waiting -= 1
         if scope.cancelled_caught:
             raise Busy(self.retry_after())
+        if not got:
+            self.abandoned += 1
+            raise ClientGone()
         self.busy += 1
         t0 = time.perf_counter()
+
+        def confined() -> T:
+            with catalog_refs_only():
+                return fn(*args)
+
         try:
-            return await anyio.to_thread.run_sync(fn, *args, limiter=self.threads)
+            return await anyio.to_thread.run_sync(confined, limiter=self.threads)
         finally:
             self.busy -= 1
             self.mean_s = 0.8 * self.mean_s + 0.2 * (time.perf_counter() - t0)
@@ -325,6 +367,11 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
         return JSONResponse({"detail": "all solve workers are busy; retry later"}, status_code=503,
                             headers={"Retry-After": str(exc.retry_after)})
 
+    @app.exception_handler(ClientGone)
+    async def _gone(request: Request, exc: ClientGone):
+        # Nobody reads this answer (499 is the usual log code for "client closed the request").
+        return JSONResponse({"detail": "client disconnected before a solve slot was free"}, status_code=499)
+
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception):
         log.exception("unhandled error on %s %s", request.method, request.url.path)
@@ -367,13 +414,14 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
         return cat, load_workload(req.workload, cat), load_rack(req.rack, cat), s
 
     @v1.post("/evaluate", response_model=Evaluation, tags=["solve"])
-    async def evaluate_ep(req: EvaluateRequest) -> Evaluation:
+    async def evaluate_ep(req: EvaluateRequest, request: Request) -> Evaluation:
         return await pool().run(
-            lambda: evaluate_configuration(req.configuration, req.workload, req.rack, get_catalog(), req.assumptions))
+            lambda: evaluate_configuration(req.configuration, req.workload, req.rack, get_catalog(), req.assumptions),
+            disconnected=request.is_disconnected)
 
     @v1.post("/optimize", response_model=OptimizeResult, tags=["solve"],
              description="Infeasible budgets are answered 200 with status `infeasible` and a diagnosis.")
-    async def optimize_ep(req: OptimizeRequest) -> OptimizeResult:
+    async def optimize_ep(req: OptimizeRequest, request: Request) -> OptimizeResult:
         def run() -> OptimizeResult:
             cat, w, r, s = _solve_inputs(req)
             try:
@@ -385,10 +433,10 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
             except ValueError as e:
                 raise InputError(str(e)) from None
 
-        return await pool().run(run)
+        return await pool().run(run, disconnected=request.is_disconnected)
 
     @v1.post("/compare", response_model=LayoutComparison, tags=["solve"])
-    async def compare_ep(req: CompareRequest) -> LayoutComparison:
+    async def compare_ep(req: CompareRequest, request: Request) -> LayoutComparison:
         def run() -> LayoutComparison:
             cat, w, r, s = _solve_inputs(req)
             try:
@@ -398,7 +446,7 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
             except ValueError as e:
                 raise InputError(str(e)) from None
 
-        return await pool().run(run)
+        return await pool().run(run, disconnected=request.is_disconnected)
 
     @v1.post("/export", tags=["export"], response_class=PlainTextResponse,
              responses={200: {"content": {"application/yaml": {}, "text/plain": {}},
@@ -439,7 +487,7 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
             html, data = render_report(req, get_catalog())
             return store().put(req.model_dump(mode="json"), data, html)
 
-        rec = await pool().run(run)
+        rec = await pool().run(run, disconnected=request.is_disconnected)
         base = str(request.base_url).rstrip("/")
         return ReportCreated(id=rec.id, url=f"{base}/v1/reports/{rec.id}",
                              json_url=f"{base}/v1/reports/{rec.id}.json", created=rec.created)
@@ -474,6 +522,11 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
         if app.openapi_schema:
             return app.openapi_schema
         schema = original_openapi()
+        for ops in schema.get("paths", {}).values():
+            for op in ops.values():
+                for code, resp in op.get("responses", {}).items():
+                    if code[0] in "45" and "content" in resp:  # errors are JSON whatever the route's success type
+                        resp["content"] = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
         if settings.api_key is not None:
             schema.setdefault("components", {}).setdefault("securitySchemes", {})["APIKeyHeader"] = {
                 "type": "apiKey", "in": "header", "name": API_KEY_HEADER}

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -37,11 +39,74 @@ def read_yaml(path: Path) -> Any:
     return parse_yaml(text, str(path))
 
 
+MAX_YAML_DEPTH = 64
+"""Deepest nesting of lists and mappings accepted in a YAML document (real inputs nest fewer than 10 levels)."""
+MAX_YAML_NODES = 200_000
+"""Most values a YAML document may hold once its aliases are expanded (a guard against "billion laughs" alias
+bombs, which are tiny as text and expand exponentially; the built-in catalog holds about 2,300 in all its files)."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader (plain data only, no Python objects) with limits on nesting depth and on the size of the
+    document after alias expansion, both checked on the node graph before any object is built."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nested deeper than {MAX_YAML_DEPTH} levels",
+                                                  self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self):
+        node = super().compose_document()
+        _check_expanded_size(node)
+        return node
+
+
+def _check_expanded_size(root: yaml.Node) -> None:
+    """Count the values of the document as constructed data would hold them (an alias counts its whole target
+    each time it appears), memoized per node so that the count itself stays linear in the text."""
+    memo: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in memo:
+            return memo[id(node)]
+        if id(node) in open_nodes:
+            raise yaml.composer.ComposerError(None, None, "recursive alias (a value that contains itself)",
+                                              node.start_mark)
+        open_nodes.add(id(node))
+        n = 1
+        if isinstance(node, yaml.SequenceNode):
+            n += sum(size(c) for c in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            n += sum(size(k) + size(v) for k, v in node.value)
+        if n > MAX_YAML_NODES:
+            raise yaml.composer.ComposerError(None, None, f"more than {MAX_YAML_NODES:,} values once aliases are "
+                                              "expanded (an alias bomb?)", node.start_mark)
+        open_nodes.discard(id(node))
+        memo[id(node)] = n
+        return n
+
+    if root is not None:
+        size(root)
+
+
 def parse_yaml(text: str, where: str) -> Any:
+    """Plain data from YAML text (safe loader, bounded depth and expanded size); errors name `where`."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as e:
         raise InputError(f"{where}: not valid YAML ({e})") from None
+    except RecursionError:  # a guard behind MAX_YAML_DEPTH
+        raise InputError(f"{where}: not valid YAML (nested too deeply)") from None
 
 
 def _entries(path: Path, model) -> list:
@@ -115,13 +180,38 @@ def builtin_catalog() -> Catalog:
 
 
 def _is_file_ref(ref: str) -> bool:
-    return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref
+    return ref.endswith((".yaml", ".yml", ".json")) or "/" in ref or "\\" in ref
+
+
+_FILE_REFS_ALLOWED = contextvars.ContextVar("advisor_file_refs_allowed", default=True)
+
+
+@contextmanager
+def catalog_refs_only():
+    """Within this block a workload or rack given as a string must be a catalog id: a string that looks like a file
+    path is rejected instead of read. The HTTP API runs every request under it, so that no request can make the
+    server read a file (the CLI reads the files its user names)."""
+    token = _FILE_REFS_ALLOWED.set(False)
+    try:
+        yield
+    finally:
+        _FILE_REFS_ALLOWED.reset(token)
+
+
+def _file_ref(ref: str, field: str) -> bool:
+    """True when `ref` names a file to read; raises when file references are not allowed here."""
+    if not _is_file_ref(ref):
+        return False
+    if not _FILE_REFS_ALLOWED.get():
+        raise InputError(f"{field}: {ref[:200]!r} looks like a file path; give a catalog id or an inline object "
+                         "(this service does not read files named in requests)")
+    return True
 
 
 def load_workload(ref: str | dict, catalog: Catalog) -> Workload:
     if isinstance(ref, dict):
         return workload_from_data(ref, "workload", catalog.served_models)
-    if _is_file_ref(ref):
+    if _file_ref(ref, "workload"):
         return workload_from_data(read_yaml(Path(ref)), ref, catalog.served_models)
     try:
         return catalog.workloads[ref]
@@ -130,7 +220,7 @@ def load_workload(ref: str | dict, catalog: Catalog) -> Workload:
 
 
 def load_rack(ref: str | dict, catalog: Catalog) -> Rack:
-    if isinstance(ref, dict) or _is_file_ref(ref):
+    if isinstance(ref, dict) or _file_ref(ref, "rack"):
         data = ref if isinstance(ref, dict) else read_yaml(Path(ref))
         where = "rack" if isinstance(ref, dict) else ref
         try:
@@ -147,6 +237,9 @@ def load_configuration(path_or_data: str | Path | dict, where: str | None = None
     if isinstance(path_or_data, dict):
         data, where = path_or_data, where or "configuration"
     else:
+        if not _FILE_REFS_ALLOWED.get():
+            raise InputError("configuration: give an inline object (this service does not read files named in "
+                             "requests)")
         data, where = read_yaml(Path(path_or_data)), str(path_or_data)
     try:
         return Configuration.model_validate(data)
