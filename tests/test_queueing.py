@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from models.queueing import (
     Station,
     birth_death_mean_number,
+    ERLANG_RECURSION_MAX_SERVERS,
     erlang_c,
     exact_mva,
     max_arrival_for_wait,
@@ -133,6 +134,14 @@ def test_erlang_c_matches_published_table(c, a, published, tol):
     assert float(exact) == pytest.approx(published, abs=tol)
     # ... and the module reproduces the independent formula to float precision.
     assert erlang_c(c, a) == pytest.approx(float(exact), rel=1e-12)
+
+
+@pytest.mark.parametrize("c", [ERLANG_RECURSION_MAX_SERVERS, ERLANG_RECURSION_MAX_SERVERS + 1, 200, 1000])
+@pytest.mark.parametrize("rho", [Fraction(1, 10), Fraction(1, 2), Fraction(9, 10), Fraction(99, 100)])
+def test_erlang_c_both_branches_match_the_exact_definition(c, rho):
+    # Few servers use the recursion, many the Poisson closed form: both must agree with exact arithmetic.
+    a = rho * c
+    assert erlang_c(c, float(a)) == pytest.approx(float(erlang_c_exact(c, a)), rel=1e-9)
 
 
 def test_erlang_c_two_servers_unit_load_is_exactly_one_third():
