@@ -65,6 +65,7 @@ import simpy
 from scipy import stats
 from scipy.special import gammaincinv
 
+from advisor import cancel
 from models.assumptions import ModelAssumptions
 from models.catalog import Catalog
 from models.config import Configuration
@@ -75,6 +76,11 @@ from models.workload import CpuStage, DelayStage, GpuStage, Workload
 HOUR_S = 3600.0
 GPU, CPU, DELAY = 0, 1, 2
 KIND_NAME = {GPU: "gpu", CPU: "cpu", DELAY: "delay"}
+
+
+GUARD_EVERY_STAGES = 256
+"""The wall-clock limit and cancellation are also checked every this many simulated stages: a guard in simulated
+time alone can be hours of wall clock apart when the window is long (checking costs about a microsecond)."""
 
 
 class WallClockExceeded(Exception):
@@ -510,6 +516,8 @@ class _Run:
         self.gpu_call_time = 0.0
         self.snap0 = self.snap1 = None
         self.truncated = False
+        self._stages = 0
+        self.deadline = math.inf
 
     # draws
 
@@ -578,6 +586,9 @@ class _Run:
                         times[i] += env.now - t0
                     if rec is not None:
                         rec(tid, cls, s, ts, env.now, g if s.kind == GPU else None)
+                    self._stages += 1
+                    if self._stages % GUARD_EVERY_STAGES == 0:
+                        self._check_limits()
         if cont is not None:
             yield cont.put(cls.memory_gb)
         now = env.now
@@ -610,11 +621,15 @@ class _Run:
     def _take(self):
         return (self.gpu.snapshot() if self.gpu else None, {n: q.snapshot() for n, q in self.queues.items()})
 
-    def _guard(self, deadline: float, dt: float):
+    def _check_limits(self) -> None:
+        if time.monotonic() > self.deadline:
+            raise WallClockExceeded()
+        cancel.check()
+
+    def _guard(self, dt: float):
         while True:
             yield self.env.timeout(dt)
-            if time.monotonic() > deadline:
-                raise WallClockExceeded()
+            self._check_limits()
 
     def run(self) -> dict:
         st, env = self.st, self.env
@@ -627,7 +642,8 @@ class _Run:
             raise ValueError("give agents or an arrival rate")
         env.process(self._snap())
         start = time.monotonic()
-        env.process(self._guard(start + st.wall_clock_s, max(self.w1 / 400.0, 1e-3)))
+        self.deadline = start + st.wall_clock_s
+        env.process(self._guard(max(self.w1 / 400.0, 1e-3)))
         try:
             env.run(until=min(self.w1, self.tmax))
             if env.now >= self.w1 and self.snap0 is not None:

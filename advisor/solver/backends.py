@@ -2,16 +2,48 @@
 
 from __future__ import annotations
 
+import contextvars
 import math
 import os
 import re
+import subprocess
 import tempfile
 import time
+import types
 from collections.abc import Callable
 
 import pulp
+from pulp.apis import coin_api
 
+from advisor import cancel
 from advisor.solver.linear import LinearModel, Solution
+
+_CBC_PROCS: contextvars.ContextVar[list[subprocess.Popen] | None] = contextvars.ContextVar("cbc_procs", default=None)
+
+
+class _TrackedPopen(subprocess.Popen):
+    """The Popen PuLP starts CBC with, recorded so that a cancelled request can kill its solver process (PuLP
+    offers no hook; CBC's own time limit still bounds every other solve)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        procs = _CBC_PROCS.get()
+        if procs is not None:
+            procs.append(self)
+            token = cancel.current()
+            if token is not None and token.cancelled:  # cancelled between the check and the start
+                self.kill()
+
+
+coin_api.subprocess = types.SimpleNamespace(**{**vars(subprocess), "Popen": _TrackedPopen})
+
+
+def _kill_all(procs: list[subprocess.Popen]) -> Callable[[], None]:
+    def kill() -> None:
+        for proc in list(procs):
+            if proc.poll() is None:
+                proc.kill()
+    return kill
 
 
 def _gap(obj: float | None, bound: float | None) -> float | None:
@@ -72,10 +104,17 @@ def solve_cbc(model: LinearModel, time_limit_s: float, gap: float, threads: int 
     solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(time_limit_s)), gapRel=gap, threads=threads,
                                logPath=log_path, warmStart=bool(hint))
     t0 = time.perf_counter()
+    procs: list[subprocess.Popen] = []
+    reset = _CBC_PROCS.set(procs)
     try:
-        prob.solve(solver)
+        with cancel.interrupt_on_cancel(_kill_all(procs)):
+            prob.solve(solver)
         log_bound, stopped = _cbc_log_facts(log_path, model.maximize)
+    except pulp.PulpSolverError:
+        cancel.check()  # a killed CBC is a cancellation, not a solver error
+        raise
     finally:
+        _CBC_PROCS.reset(reset)
         os.unlink(log_path)
     secs = time.perf_counter() - t0
     status = pulp.LpStatus[prob.status]
@@ -133,7 +172,9 @@ def solve_ortools(model: LinearModel, time_limit_s: float, gap: float, threads: 
     if is_mip:
         params.SetDoubleParam(pywraplp.MPSolverParameters.RELATIVE_MIP_GAP, gap)
     t0 = time.perf_counter()
-    rc = s.Solve(params)
+    cancel.check()
+    with cancel.interrupt_on_cancel(s.InterruptSolve):
+        rc = s.Solve(params)
     secs = time.perf_counter() - t0
     if rc == pywraplp.Solver.INFEASIBLE:
         return Solution("infeasible", None, {}, seconds=secs, backend="ortools")
@@ -175,9 +216,13 @@ BACKENDS: dict[str, Callable[..., Solution]] = {"cbc": solve_cbc, "ortools": sol
 
 def solve(model: LinearModel, backend: str = "cbc", time_limit_s: float = 60.0, gap: float = 1e-6,
           hint: dict[str, float] | None = None) -> Solution:
-    """Solve; `hint` is a feasible starting point (variable name to value) the solver may begin from."""
+    """Solve; `hint` is a feasible starting point (variable name to value) the solver may begin from. Raises
+    `advisor.cancel.Cancelled` when the current work is cancelled (before, during or right after the solve)."""
     try:
         fn = BACKENDS[backend]
     except KeyError:
         raise ValueError(f"unknown solver {backend!r}; choose one of {', '.join(BACKENDS)}") from None
-    return fn(model, time_limit_s, gap, hint=hint)
+    cancel.check()
+    sol = fn(model, time_limit_s, gap, hint=hint)
+    cancel.check()  # an interrupted solve's answer is not used
+    return sol
