@@ -21,6 +21,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from advisor import __version__
+from advisor.cancel import CancelToken, Cancelled, cancellable
 from advisor.catalog import builtin_catalog, catalog_refs_only, load_catalog, load_rack, load_workload
 from advisor.compare import LayoutComparison, compare_layouts
 from advisor.errors import InputError
@@ -32,6 +33,7 @@ from advisor.service import evaluate_configuration, resolve_inputs
 from advisor.settings import OptimizerSettings
 from advisor.settings_api import ApiSettings
 from advisor.store import ReportStore
+from models.base import BoundedNumbers
 from models.assumptions import ModelAssumptions
 from models.catalog import Catalog, UnknownId
 from models.config import Configuration
@@ -52,8 +54,8 @@ CATALOG_KINDS: dict[str, type[BaseModel]] = {
 
 # ------------------------------------------------------------------------------------------------ request / response
 
-class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+class _Request(BoundedNumbers):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, strict=True, allow_inf_nan=False)
 
 
 class EvaluateRequest(_Request):
@@ -154,6 +156,10 @@ class Health(BaseModel):
     """Solves running now."""
     waiting: int
     """Requests waiting for a solve slot."""
+    abandoned: int = 0
+    """Requests since start whose client left while they waited for a slot (never started)."""
+    cancelled: int = 0
+    """Requests since start whose client left while their solve ran (stopped early)."""
 
 
 class ErrorOut(BaseModel):
@@ -178,13 +184,14 @@ class Busy(Exception):
 
 
 class ClientGone(Exception):
-    """The client disconnected while its request waited for a solve slot: the work is abandoned, never started."""
+    """The client disconnected before its answer: work not started is never started, work running is cancelled."""
 
 
 class SolvePool:
     """At most `workers` solves at once, each in a worker thread; waiting for a slot is bounded in time, and a
-    request whose client disconnects while it waits gives up its place without starting its solve. Every solve runs
-    under `catalog_refs_only`: strings in a request are catalog ids, never files to read."""
+    request whose client disconnects while it waits gives up its place without starting its solve, and one whose
+    client disconnects while its solve runs cancels it (`advisor.cancel`). Every solve runs under
+    `catalog_refs_only`: strings in a request are catalog ids, never files to read."""
 
     def __init__(self, workers: int, queue_wait_s: float):
         self.workers, self.queue_wait_s = workers, queue_wait_s
@@ -196,6 +203,8 @@ class SolvePool:
         """Running mean of solve time, for Retry-After."""
         self.abandoned = 0
         """Requests whose client left while they waited for a slot (their solves never started)."""
+        self.cancelled = 0
+        """Requests whose client left while their solve ran (stopped at its next step, nothing stored)."""
 
     def retry_after(self) -> int:
         return max(1, math.ceil(self.mean_s * max(1, self.waiting) / self.workers))
@@ -235,17 +244,37 @@ class SolvePool:
             raise ClientGone()
         self.busy += 1
         t0 = time.perf_counter()
+        token = CancelToken()
 
         def confined() -> T:
-            with catalog_refs_only():
+            with catalog_refs_only(), cancellable(token):
                 return fn(*args)
 
+        outcome: dict[str, Any] = {}
         try:
-            return await anyio.to_thread.run_sync(confined, limiter=self.threads)
+            async with anyio.create_task_group() as tg:
+                if disconnected is not None:
+                    async def watch() -> None:
+                        while not await disconnected():
+                            await anyio.sleep(DISCONNECT_POLL_S)
+                        token.cancel()  # the solve stops at its next step; the thread is waited for below
+
+                    tg.start_soon(watch)
+                try:  # outcomes leave the task group as values, so that errors are not wrapped in groups
+                    outcome["value"] = await anyio.to_thread.run_sync(confined, limiter=self.threads)
+                except BaseException as e:  # noqa: BLE001 - re-raised below
+                    outcome["error"] = e
+                tg.cancel_scope.cancel()
         finally:
             self.busy -= 1
             self.mean_s = 0.8 * self.mean_s + 0.2 * (time.perf_counter() - t0)
             self.slots.release()
+        if "error" in outcome:
+            if isinstance(outcome["error"], Cancelled):
+                self.cancelled += 1
+                raise ClientGone()
+            raise outcome["error"]
+        return outcome["value"]
 
 
 # ------------------------------------------------------------------------------------------------------ middleware
@@ -381,7 +410,8 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
     async def healthz() -> Health:
         p = state.get("pool")
         return Health(status="ok", version=__version__, workers=settings.workers,
-                      busy=p.busy if p else 0, waiting=p.waiting if p else 0)
+                      busy=p.busy if p else 0, waiting=p.waiting if p else 0,
+                      abandoned=p.abandoned if p else 0, cancelled=p.cancelled if p else 0)
 
     v1 = APIRouter(prefix="/v1", responses=ERRORS)
 
@@ -451,7 +481,7 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
     @v1.post("/export", tags=["export"], response_class=PlainTextResponse,
              responses={200: {"content": {"application/yaml": {}, "text/plain": {}},
                               "description": "The artifact: k8s and prometheus as YAML, slurm as a text bundle."}})
-    async def export_ep(req: ExportRequest) -> PlainTextResponse:
+    async def export_ep(req: ExportRequest, request: Request) -> PlainTextResponse:
         def run() -> Artifact:
             cat = get_catalog()
             a = req.assumptions or ModelAssumptions()
@@ -471,7 +501,7 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
             except ValueError as e:
                 raise InputError(str(e)) from None
 
-        art = await pool().run(run)
+        art = await pool().run(run, disconnected=request.is_disconnected)
         return PlainTextResponse(art.text, media_type=art.media_type,
                                  headers={"Content-Disposition": f'attachment; filename="{art.filename}"'})
 

@@ -26,6 +26,7 @@ from advisor.optimize import BUDGET_GROUPS, OptimizeResult, optimize
 from advisor.options import Layout
 from advisor.settings import OptimizerSettings
 from models.assumptions import ModelAssumptions
+from models.base import BoundedNumbers
 from models.catalog import Catalog, UnknownId
 from models.config import Configuration
 from models.hardware import Rack
@@ -44,10 +45,10 @@ RESOURCE_COLORS = {"gpu": "#7a5195", "cpu": "#2a9d8f", "cpu_wait": "#e9c46a", "d
 SECTIONS = ("glance", "bom", "time", "layouts", "why", "operate", "sources")
 
 
-class ReportRequest(BaseModel):
+class ReportRequest(BoundedNumbers):
     """What to report on: a workload and rack (catalog id or inline object), one layout or the best of A/B/hybrid."""
 
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, strict=True, allow_inf_nan=False)
 
     workload: str | dict[str, Any]
     """Workload preset id, or an inline workload object (served_model may be a catalog id)."""

@@ -90,6 +90,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from advisor.catalog import builtin_catalog, load_catalog, load_rack, load_workload, read_yaml
 from advisor.errors import InputError, describe_validation
 from advisor.settings import OptimizerSettings
+from models.base import BoundedNumbers
 from models.catalog import Catalog
 from models.hardware import Rack
 from models.performance import gpu_serving, stage_gpu_latency_s
@@ -109,10 +110,10 @@ class OverridePathError(InputError):
     """An override path that does not exist in the object it names."""
 
 
-class Scenario(BaseModel):
+class Scenario(BoundedNumbers):
     """One scenario as written (references not yet loaded)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(min_length=1)
     workload: str | dict
@@ -446,7 +447,7 @@ def _scenario(raw: dict, defaults: dict, base_dir: Path | None, where: str, defa
     for k in ("workload", "rack"):
         if isinstance(merged.get(k), str) and merged[k].endswith((".yaml", ".yml", ".json")):
             merged[k] = _rel(merged[k], base_dir)
-    if merged.get("catalog") is not None and base_dir is not None and not Path(merged["catalog"]).is_absolute():
+    if isinstance(merged.get("catalog"), str) and base_dir is not None and not Path(merged["catalog"]).is_absolute():
         merged["catalog"] = str((base_dir / merged["catalog"]).resolve())
     merged["overrides"] = overrides
     for k in ("workload", "rack"):
@@ -456,6 +457,8 @@ def _scenario(raw: dict, defaults: dict, base_dir: Path | None, where: str, defa
         return Scenario.model_validate(merged)
     except ValidationError as err:
         raise InputError(describe_validation(err, where)) from None
+    except InputError as err:  # an override path refused by Scenario's own check: say which scenario
+        raise type(err)(f"{where}: {err}") from None
 
 
 def _with(s: Scenario, values: dict[str, Any], name: str, sample: int | None = None) -> Scenario:

@@ -4,6 +4,8 @@ from pydantic import Field, model_validator
 
 from models.base import Input
 
+MAX_ROW_RACKS = 1024
+"""Most racks a configuration's row may hold (a row, not a data centre; the optimizer's own limit is lower)."""
 SHARED_QUEUE = "shared"
 """Name of the single tool queue used when a configuration does not partition queues."""
 
@@ -75,7 +77,7 @@ class Configuration(Input):
     """Workload preset id or file this configuration is meant for (the CLI flag overrides it)."""
     rack: str | None = None
     """Rack profile id or file (the CLI flag overrides it)."""
-    racks: int = Field(default=1, gt=0)
+    racks: int = Field(default=1, gt=0, le=MAX_ROW_RACKS)
     """Racks in the row; server groups name their rack index."""
     servers: list[ServerGroup] = Field(min_length=1)
     """Server groups."""

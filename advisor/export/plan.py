@@ -23,7 +23,7 @@ from pydantic import Field, model_validator
 from advisor.export.names import dns_label
 from advisor.operations import OperatingThresholds, operating_thresholds
 from models.assumptions import ModelAssumptions
-from models.base import Frozen
+from models.base import Frozen, Input
 from models.catalog import Catalog
 from models.config import Configuration
 from models.pipeline import Evaluation, resolve_groups
@@ -56,7 +56,7 @@ GPU_DEVICES: dict[str, GpuDevices] = {
 
 
 
-class ExportSettings(Frozen):
+class ExportSettings(Input):
     """Choices the exporters make that the model does not, each with its basis. Override per export."""
 
     prefix: str = Field(default="ra", pattern=r"^[a-z]([-a-z0-9]{0,8}[a-z0-9])?$")
