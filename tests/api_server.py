@@ -22,8 +22,8 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, workdir: Path, **settings):
-        self.workdir = workdir
+    def __init__(self, workdir: Path, log_level: str = "warning", **settings):
+        self.workdir, self.log_level = workdir, log_level
         self.settings = {"database": str(workdir / "advisor.db"), "catalog": str(MINI), **settings}
         self.proc: subprocess.Popen | None = None
         self.port = 0
@@ -40,7 +40,7 @@ class Server:
         log = open(self.workdir / f"server-{self.port}.log", "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "from advisor.cli import main; main()", "serve", "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning"],
+             "--port", str(self.port), "--log-level", self.log_level],
             cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         end = time.monotonic() + timeout
         while time.monotonic() < end:
@@ -66,6 +66,9 @@ class Server:
             self.proc.kill()
             self.proc.wait(timeout=10)
         self.proc = None
+
+    def log(self) -> str:
+        return (self.workdir / f"server-{self.port}.log").read_text(errors="replace")
 
     def client(self, **kw) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=kw.pop("timeout", 120.0), **kw)
