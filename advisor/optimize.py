@@ -138,6 +138,55 @@ def partitions(workload: Workload, layout: Layout, servings: dict | None = None)
     return out
 
 
+_LABELS = {"id", "name", "source", "notes"}
+"""Catalog fields that name an entry or cite its figures; two SKUs equal in everything else are twins."""
+
+
+def drop_twin_skus(options: list[ServerOption], servings: dict) -> tuple[list[ServerOption], dict]:
+    """Keep one SKU of each set of twins (the first id), so that the answer never depends on which of several
+    interchangeable SKUs a solver happened to pick. CPUs are twins when their catalog figures are equal; GPUs when
+    their figures and their servings of the workload's model (calibrations name GPU ids) are equal. A twin's
+    servers are dropped only when every one of them has its counterpart with the kept SKU (same chassis and GPU
+    count; the filters or layout A's default CPU may leave some out): then the options are the same up to names, and
+    so is every answer, also where a sandbox-memory limit makes one CPU (GPU) SKU per queue (row) a constraint."""
+    def figures(sku) -> str:
+        return sku.model_dump_json(exclude=_LABELS)
+
+    def gpu_sig(g) -> tuple:
+        serv = sorted((k.split("@", 1)[1], repr(replace(v, gpu_id="", rates=replace(v.rates, basis=""))))
+                      for k, v in servings.items() if v.gpu_id == g.id)
+        return figures(g), tuple(serv)
+
+    def key(o: ServerOption, cpu: str | None = None, gpu: str | None = None) -> tuple:
+        pr = o.profile
+        return (pr.chassis.id, cpu or pr.cpu.id, gpu or (pr.gpu.id if pr.gpu else None), pr.gpus)
+
+    for kind in ("gpu", "cpu"):
+        skus = {}
+        for o in options:
+            sku = o.profile.gpu if kind == "gpu" else o.profile.cpu
+            if sku is not None:
+                skus.setdefault(sku.id, sku)
+        first: dict = {}
+        rep = {}
+        for sid in sorted(skus):
+            sig = gpu_sig(skus[sid]) if kind == "gpu" else figures(skus[sid])
+            rep[sid] = first.setdefault(sig, sid)
+        present = {key(o) for o in options}
+        drop = set()
+        for sid, r in rep.items():
+            if sid == r:
+                continue
+            mine = [o for o in options if (o.gpu_id if kind == "gpu" else o.cpu_id) == sid]
+            if all((key(o, gpu=r) if kind == "gpu" else key(o, cpu=r)) in present for o in mine):
+                drop.add(sid)
+        if drop:
+            options = [o for o in options if (o.gpu_id if kind == "gpu" else o.cpu_id) not in drop]
+            if kind == "gpu":
+                servings = {k: v for k, v in servings.items() if v.gpu_id not in drop}
+    return options, servings
+
+
 def _fix(model: LinearModel, name: str, terms: dict[str, float], sense: str, rhs: float, group: str) -> LinearModel:
     m = model.copy()
     m.add(name, group, terms, sense, rhs)  # type: ignore[arg-type]
@@ -163,6 +212,113 @@ class _Clock:
         return max(self.MIN_SOLVE_S, self.remaining())
 
 
+def tie_break_objective(b: Built, p: Problem) -> dict[str, float]:
+    """What max_throughput minimizes among answers of (nearly) the most throughput: power, then cost, then
+    orchestration cores, as one weighted sum with each term over its largest possible value (so the sum is at most
+    one and a relative gap resolves it)."""
+    total_power = sum(per_rack_count_bound(o, p.rack) * o.profile.power_w for o in p.options) * p.racks + 1.0
+    total_cost = sum(per_rack_count_bound(o, p.rack) * (o.profile.price_usd or 0) for o in p.options) * p.racks
+    total_cores = sum(o.profile.cores * per_rack_count_bound(o, p.rack) for o in p.options) * p.racks + 1.0
+    obj: dict[str, float] = {}
+    for k, v in power_terms(b, p).items():
+        obj[k] = obj.get(k, 0.0) + 0.5 * v / total_power
+    for k, v in cost_terms(b, p).items():
+        if total_cost:
+            obj[k] = obj.get(k, 0.0) + 0.25 * v / total_cost
+    for v in b.u.values():  # reserve no more orchestration cores than needed
+        obj[v] = 0.25 / total_cores
+    return obj
+
+
+def throughput_objective(b: Built, p: Problem, s: OptimizerSettings) -> dict[str, float]:
+    """Throughput less the tie-breaks, weighted so that all of them together are worth less than
+    `throughput_tie_tolerance` of the throughput (a lexicographic order in effect)."""
+    budget = s.throughput_tie_tolerance * b.x_upper
+    obj = {k: -budget * v for k, v in tie_break_objective(b, p).items()}
+    obj[b.x] = obj.get(b.x, 0.0) + 1.0
+    return obj
+
+
+RANK_STEP = (math.sqrt(5.0) - 1.0) / 2.0
+"""Rank weights 1 + frac((i + 1) x this) for option i: distinct and with no small integer relation between them,
+so that two different server mixes practically never weigh the same (linear weights 1, 2, 3, ... do: swapping one
+server of option i for one of i + 1 while another swap goes the other way leaves their sum unchanged)."""
+
+
+def rank_objective(b: Built) -> dict[str, float]:
+    """The last tie-break: a fixed weight per option (by its index in the enumeration, i.e. sorted by chassis, CPU,
+    GPU ids and GPU count), so that answers equal in every figure the optimizer ranks are ordered by what they are
+    made of, the same way by every backend."""
+    return {v: 1.0 + ((i + 1) * RANK_STEP) % 1.0 for (_, i), v in b.n.items()}
+
+
+def _within_bounds(model: LinearModel, hint: dict[str, float] | None) -> dict[str, float] | None:
+    """A starting point clipped to the variable bounds (polished LP values may sit 1e-13 outside them, which PuLP
+    refuses), integers rounded."""
+    if hint is None:
+        return None
+    out = {}
+    for k, val in hint.items():
+        v = model.vars.get(k)
+        if v is None:
+            continue
+        val = max(v.lb, val) if v.ub is None else min(max(v.lb, val), v.ub)
+        out[k] = float(round(val)) if v.integer else val
+    return out
+
+
+def _solve_started(model: LinearModel, backend: str, clock: _Clock, s: OptimizerSettings,
+                   hint: dict[str, float] | None) -> Solution:
+    """Solve from a starting point. CBC (through PuLP's warm start) was seen to return a fractional point of the
+    relaxation as its `optimal` MIP answer; such an answer is solved again without the start."""
+    sol = solve(model, backend, clock.left(), s.mip_gap, hint=_within_bounds(model, hint))
+    if hint is not None and sol.has_solution and not _integral(model, sol):
+        sol = solve(model, backend, clock.left(), s.mip_gap)
+    return sol
+
+
+def _integral(model: LinearModel, sol: Solution, tol: float = 1e-5) -> bool:
+    return all(abs(sol.values.get(k, 0.0) - round(sol.values.get(k, 0.0))) <= tol
+               for k, v in model.vars.items() if v.integer)
+
+
+def _lexicographic(model: LinearModel, b: Built, backend: str, s: OptimizerSettings, clock: _Clock,
+                   hint: dict[str, float] | None, stages: list[tuple[str, dict[str, float], bool]]
+                   ) -> tuple[Solution, LinearModel]:
+    """Solve `model` for the first stage's objective, then each next stage's among the answers within
+    `throughput_tie_tolerance` (relative, absolute below one) of the previous stage's optimum, warm-started from it.
+
+    Weights alone cannot do this in one solve: the later objectives would have to be worth less than the MIP gap, so
+    a solver may stop on any of the tied answers, and CBC and SCIP stop on different ones (the first stage may still
+    carry them as small weights, which speeds it up). Each later stage is an objective of its own, which the
+    relative gap resolves. The first stage's status, gap and bound are the answer's
+    (they speak of the objective the user asked for); the values are the last stage's. A first stage stopped by the
+    time limit, or a later stage that finds nothing, ends the sequence with the answer so far. Returns the
+    solution and the first stage's model (the windows depend on the backend's figures, so polishing leaves them
+    out)."""
+    name, objective, maximize = stages[0]
+    m = model.copy()
+    m.objective, m.maximize = objective, maximize
+    first = _solve_started(m, backend, clock, s, hint)
+    if not first.has_solution or b.x not in first.values or first.status == "time_limit":
+        return first, m
+    sol, cur = first, m
+    for name, objective, maximize in stages[1:]:
+        if clock.expired() or not objective:
+            break
+        value = sum(a * sol.values.get(k, 0.0) for k, a in cur.objective.items())
+        tol = s.throughput_tie_tolerance * max(1.0, abs(value))
+        nxt_model = _fix(cur, f"tie_{name}", cur.objective, ">=" if cur.maximize else "<=",
+                         value - tol if cur.maximize else value + tol, "tie_window")
+        nxt_model.objective, nxt_model.maximize = objective, maximize
+        nxt = _solve_started(nxt_model, backend, clock, s, sol.values)
+        if not nxt.has_solution or b.x not in nxt.values or not _integral(nxt_model, nxt):
+            break
+        sol, cur = nxt, nxt_model
+    return Solution(first.status, first.objective, sol.values, best_bound=first.best_bound, gap=first.gap,
+                    seconds=first.seconds, backend=first.backend), m
+
+
 def _solve_stages(b: Built, p: Problem, layout: Layout, objective: Objective, backend: str,
                   s: OptimizerSettings, clock: _Clock, hint: dict[str, float] | None = None
                   ) -> tuple[Solution, LinearModel, list[str]]:
@@ -180,34 +336,24 @@ def _solve_stages(b: Built, p: Problem, layout: Layout, objective: Objective, ba
             model = _fix(model, "gpu_first", gcap, ">=", s1.objective * (1 - s.throughput_tie_tolerance) - 1e-6,
                          "gpu_first")
     if objective == "max_throughput":
-        # One solve: throughput first, then power, then cost, with weights so small that all power and cost
-        # together are worth less than `throughput_tie_tolerance` of the throughput (a lexicographic order in effect).
-        m = model.copy()
-        total_power = sum(per_rack_count_bound(o, p.rack) * o.profile.power_w for o in p.options) * p.racks + 1.0
-        total_cost = sum(per_rack_count_bound(o, p.rack) * (o.profile.price_usd or 0) for o in p.options) * p.racks
-        total_cores = sum(o.profile.cores * per_rack_count_bound(o, p.rack) for o in p.options) * p.racks + 1.0
-        budget = s.throughput_tie_tolerance * b.x_upper
-        m.objective = {b.x: 1.0}
-        for k, v in power_terms(b, p).items():
-            m.objective[k] = m.objective.get(k, 0.0) - 0.5 * budget * v / total_power
-        for k, v in cost_terms(b, p).items():
-            if total_cost:
-                m.objective[k] = m.objective.get(k, 0.0) - 0.25 * budget * v / total_cost
-        for v in b.u.values():  # canonical: reserve no more orchestration cores than needed
-            m.objective[v] = -0.25 * budget / total_cores
-        sol = solve(m, backend, clock.left(), s.mip_gap, hint=hint)
+        # Most throughput (with the tie-breaks as small weights: the proven gap is the same, and solvers find the
+        # answer faster than with X alone); then least power, cost and orchestration cores, resolved; then ranks.
+        sol, m = _lexicographic(model, b, backend, s, clock, hint, [
+            ("throughput", throughput_objective(b, p, s), True), ("power_cost", tie_break_objective(b, p), False),
+            ("rank", rank_objective(b), False)])
         return sol, m, notes
     if objective in TCO_OBJECTIVES:
         return solve_tco(model, b, p, objective, backend, s.assumptions.costs, s.assumptions.operating_load_fraction,
                          s.mip_gap, clock.left, s.dinkelbach_iterations, p.operating_tasks_per_hour)
     if p.required_tasks_per_hour is None:
         raise ValueError(f"objective {objective} needs required_tasks_per_hour")
-    m2 = model.copy()
-    m2.maximize = False
-    m2.objective = cost_terms(b, p) if objective == "min_cost" else power_terms(b, p)
-    if objective == "min_cost" and not any(m2.objective.values()):
+    first = cost_terms(b, p) if objective == "min_cost" else power_terms(b, p)
+    if objective == "min_cost" and not any(first.values()):
         raise ValueError("min_cost needs prices; the candidate servers have none")
-    return solve(m2, backend, clock.left(), s.mip_gap), m2, notes
+    # Least cost (power); then the most throughput those servers give; then the option ranks.
+    sol, m = _lexicographic(model, b, backend, s, clock, hint, [
+        (objective, first, False), ("throughput", {b.x: 1.0}, True), ("rank", rank_objective(b), False)])
+    return sol, m, notes
 
 
 def _without_count_bounds(b: Built) -> dict:
@@ -336,18 +482,23 @@ def _constraint_status(b: Built, p: Problem, sol: Solution) -> list[ConstraintSt
 
 def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clock: _Clock, layout: Layout,
                    x_best: float, explain_resolve: bool) -> list[ShadowPrice]:
+    from advisor.rowpatterns import _lp, polish
+
+    # The LP relaxation is solved in process by HiGHS whatever the backend: where budgets bind together (a rack's
+    # power and air cooling, say) its duals are not unique, and CLP and GLOP put them on different budgets; CBC
+    # also prints them to 8 digits. One LP solver makes the shadow prices a function of the input alone.
     relax = b.model.copy()
     relax.vars = {k: type(v)(v.name, v.lb, v.ub, False) for k, v in relax.vars.items()}
-    relax.objective, relax.maximize = {b.x: 1.0}, True
-    lp = solve(relax, backend, clock.left(), 0.0)
+    lp = _lp(relax, {b.x: 1.0})
     prices = []
-    if not lp.has_solution or not lp.duals:
+    if lp is None or not lp[1]:
         return prices
+    duals = lp[1]
     for g in BUDGET_GROUPS:
         names = [c.name for c in b.model.constraints if c.group == g]
         if not names:
             continue
-        dual = sum(abs(lp.duals.get(n, 0.0)) for n in names) / len(names)
+        dual = sum(abs(duals.get(n, 0.0)) for n in names) / len(names)
         unit = BUDGET_UNITS[g]
         scale = 1000.0 if unit == "W" else 1.0
         label_unit = "kW" if unit == "W" else unit
@@ -366,7 +517,9 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
                     m.add("gpu_first", "gpu_first", gcap, ">=", s1.objective * (1 - s.throughput_tie_tolerance) - 1e-6)
             sol = solve(m, backend, clock.left(), s.mip_gap)
             if sol.has_solution:
+                sol = polish(m, sol, [({b.x: 1.0}, True)])  # X in full precision (CBC prints 8 digits)
                 gain = sol.values[b.x] - x_best
+                gain = 0.0 if abs(gain) <= 1e-9 * x_best else gain  # not "-0 tasks/h" for rounding noise
                 takes = (f"+10% {g} ({cons[0].rhs * 0.1 / scale:,.1f} {label_unit}"
                          f"{' per rack' if g != 'capital' else ''}) gives "
                          f"{gain:+,.0f} tasks/h ({gain / x_best:+.1%})")
@@ -397,6 +550,7 @@ def optimize(
         catalog, workload, rack, layout, s.layout_a_orchestration_cores_per_gpu,
         s.assumptions.host_os_reserved_memory_gb, s.assumptions.tensor_parallel_domain_gpus, gpu_ids, cpu_ids,
         costs=s.assumptions.costs)
+    options, servings = drop_twin_skus(options, servings)
     warnings_pre: list[str] = []
     operating_tasks_per_hour = None
     if objective == "min_tco_for_throughput":
@@ -448,12 +602,10 @@ def optimize(
             b = build(p, memory=memory)
             solved = b.model
             if racks > 1:
-                sol, notes = _solve_row(b, p, layout, objective, backend, s, clock, memory)
+                sol, solved, notes = _solve_row(b, p, layout, objective, backend, s, clock, memory)
             else:
                 sol, solved, notes = _solve_stages(b, p, layout, objective, backend, s, clock)
-            if p.slo_curves:  # the evaluator floors cores into tool slots: values in full precision
-                from advisor.rowpatterns import polish
-                sol = polish(solved, sol)
+            sol = _canonical(b, p, solved, sol, objective, s)
             if not sol.has_solution or b.x not in sol.values:
                 if best is None or (best[0][0] < 0 and not best[3].has_solution):
                     best = ((-1.0, 0.0), replace(p), b, sol, notes, coupled, None)
@@ -514,8 +666,34 @@ def optimize(
     return result
 
 
+def _canonical(b: Built, p: Problem, model: LinearModel, sol: Solution, objective: Objective,
+               s: OptimizerSettings) -> Solution:
+    """The solver's answer in canonical form, so that the same input gives the same answer whichever backend
+    solved it and however it broke ties the objective does not see: a row's servers spread over its identical
+    racks as a function of the totals alone (`canonical_racks`), then every continuous value recomputed from the
+    integers by deterministic LPs (`polish`; full precision, too, where CBC prints 8 digits).
+
+    For the throughput objectives (and min_cost / min_power, whose objective the continuous part does not change)
+    the LPs take, in order: the most throughput X those servers give; then the most serving capacity, i.e.
+    orchestration cores enough to drive the GPUs, from cores the tools do not need at X; then no more orchestration
+    cores than that serving needs; then every core left over to the tool queues. Cores that no constraint needs
+    thus go to orchestration (up to what the GPUs use) and then to tools rather than idle: where the MILP is
+    conservative (tail-wait curves assume the slowest core speed of a mix) that spare is headroom the evaluator
+    credits. TCO objectives keep their own objective (it prices the dispatch flows)."""
+    from advisor.rowpatterns import canonical_racks, polish
+
+    if not sol.has_solution or b.x not in sol.values:
+        return sol
+    sol = canonical_racks(b, p, sol)
+    if objective in TCO_OBJECTIVES:
+        return polish(model, sol)
+    serve = {v: 1.0 for v in (f"s_o{i}" for i in range(len(p.options))) if v in model.vars}
+    return polish(model, sol, [({b.x: 1.0}, True), (serve, True), (dict.fromkeys(b.u.values(), 1.0), False),
+                               (dict.fromkeys(b.y.values(), 1.0), True)])
+
+
 def _solve_row(b: Built, p: Problem, layout: Layout, objective: Objective, backend: str, s: OptimizerSettings,
-               clock: _Clock, memory: bool) -> tuple[Solution, list[str]]:
+               clock: _Clock, memory: bool) -> tuple[Solution, LinearModel, list[str]]:
     """R identical racks. For max_throughput (layouts b and hybrid) solve the rack-pattern program of
     advisor/rowpatterns.py, seeded with the best single rack; it proves its gap with a column-generation bound.
     Otherwise, or when the model does not aggregate, solve the row MILP directly from R copies of the best rack."""
@@ -529,10 +707,9 @@ def _solve_row(b: Built, p: Problem, layout: Layout, objective: Objective, backe
                         clock.remaining, s.mip_gap, s.row_pattern_iterations, s.row_pattern_enumeration_limit,
                         s.throughput_tie_tolerance * b.x_upper)
         if res is not None and res.solution.has_solution:
-            return res.solution, res.notes
+            return res.solution, b.model, res.notes
     hint = _replicated_start(b, p, single) if single is not None else None
-    sol, _, notes = _solve_stages(b, p, layout, objective, backend, s, clock, hint)
-    return sol, notes
+    return _solve_stages(b, p, layout, objective, backend, s, clock, hint)
 
 
 def _single_rack(p: Problem, layout: Layout, objective: Objective, backend: str, s: OptimizerSettings,

@@ -380,18 +380,133 @@ def solve_row(b: Built, p: Problem, solve_master: Callable[[Built], Solution], s
     return RowResult(out, bound, len(mm.patterns), it, converged, enumerated, notes)
 
 
-def polish(model: LinearModel, sol: Solution) -> Solution:
+def polish(model: LinearModel, sol: Solution, objectives: list[tuple[dict[str, float], bool]] | None = None
+           ) -> Solution:
     """Recompute the continuous values of a MIP answer in full double precision (HiGHS LP with every integer fixed).
     CBC reports values to about 8 significant digits; where the evaluator floors (tool slots = floor(cores / p)),
-    a core count printed a little low would lose a whole server."""
+    a core count printed a little low would lose a whole server.
+
+    It is also what makes the continuous part canonical: the LP is a function of the integer values alone (rows
+    over integers only are constants once those are fixed and are left out, so a stage constraint whose right-hand
+    side came from the backend's own objective value does not enter), and HiGHS answers the same LP the same way,
+    so two backends, or two runs, that agree on the integers report the same cores, flows and throughput to the
+    last bit. `objectives` ((terms, maximize) pairs; default: the model's own objective) are optimized
+    lexicographically, each among the optima of the ones before (to LP precision), to say which of several equally
+    good continuous answers to keep."""
     if not sol.has_solution:
         return sol
-    fixed = model.copy()
-    fixed.vars = {k: (type(v)(v.name, round(sol.values.get(k, 0.0)), round(sol.values.get(k, 0.0)), False)
-                      if v.integer else v) for k, v in model.vars.items()}
-    got = _lp(fixed, model.objective if model.maximize else {k: -a for k, a in model.objective.items()}, True)
-    if got is None:
+    if objectives is None:
+        objectives = [(model.objective, model.maximize)]
+    integer = {k for k, v in model.vars.items() if v.integer}
+    fixed = LinearModel(model.name, {k: (type(v)(v.name, round(sol.values.get(k, 0.0)), round(sol.values.get(k, 0.0)),
+                                                 False) if v.integer else v) for k, v in model.vars.items()},
+                        [c for c in model.constraints if not all(k in integer for k in c.terms)], {}, True)
+    x = None
+    for k, (terms, maximize) in enumerate(objectives):
+        terms = {n: (a if maximize else -a) for n, a in terms.items() if n not in integer}
+        if not terms:
+            continue
+        got = _lp(fixed, terms, True)
+        if got is None:
+            break
+        value, x = got
+        if k + 1 < len(objectives):
+            fixed.add(f"polish_{k}", "polish", terms, ">=", value - POLISH_TOL * max(1.0, abs(value)))
+    if x is None:
         return sol
-    value, x = got
-    return Solution(sol.status, value if model.maximize else -value, x, sol.best_bound, sol.gap, sol.seconds,
-                    sol.duals, sol.backend)
+    value = sum(a * x.get(k, 0.0) for k, a in model.objective.items())
+    return Solution(sol.status, value, x, sol.best_bound, sol.gap, sol.seconds, sol.duals, sol.backend)
+
+
+POLISH_TOL = 1e-9
+"""Relative slack with which `polish` keeps an earlier objective at its optimum while it optimizes the next."""
+
+
+CANONICAL_PACK_NODES = 2000
+"""Branch-and-bound nodes (not seconds: a time limit would make the answer depend on the machine's speed) that
+`canonical_racks` gives HiGHS to spread a row's server totals over its racks when first fit does not."""
+
+
+def canonical_racks(b: Built, p: Problem, sol: Solution) -> Solution:
+    """The same row totals spread over the racks in a canonical way.
+
+    The racks of a row are identical and every row-level constraint reads the server counts only through their
+    totals N_o (see `_aggregate`), so every split of the totals that keeps each rack within its budgets is the same
+    answer: same throughput, power, cost and evaluation. Solvers pick different ones (rack symmetry). This returns a
+    split that is a function of the totals alone: first fit, placing options largest first (share of the tightest
+    rack budget, then option index) into the lowest rack with room; if first fit strands a server, HiGHS's first
+    feasible split under a node limit (deterministic for the same input); if that fails too, the solver's own racks.
+    Racks are then ordered by their count vectors, largest first."""
+    if p.racks <= 1 or not sol.has_solution:
+        return sol
+    var_of = {v: (r, i) for (r, i), v in b.n.items()}
+    options = sorted({i for (_, i) in b.n})
+    budgets = [({var_of[k][1]: a for k, a in c.terms.items()}, c.rhs) for c in b.model.constraints
+               if c.group in RACK_GROUPS and {var_of[k][0] for k in c.terms if k in var_of} == {0}]
+    ub = {i: int(b.model.vars[b.n[0, i]].ub) for i in options if (0, i) in b.n}
+    if len(ub) != len(options) or any((r, i) not in b.n for r in range(p.racks) for i in options):
+        return sol
+    current = [[int(round(sol.values.get(b.n[r, i], 0.0))) for i in options] for r in range(p.racks)]
+    totals = [sum(rk[j] for rk in current) for j in range(len(options))]
+    racks = _first_fit(options, budgets, ub, totals, p.racks) or _highs_split(options, budgets, ub, totals, p.racks)
+    if racks is None:
+        racks = current
+    racks = sorted(racks, reverse=True)
+    values = dict(sol.values)
+    for r, counts in enumerate(racks):
+        for j, i in enumerate(options):
+            values[b.n[r, i]] = float(counts[j])
+    if _violations(b.model, values):
+        return sol
+    return Solution(sol.status, sol.objective, values, sol.best_bound, sol.gap, sol.seconds, sol.duals, sol.backend)
+
+
+def _first_fit(options: list[int], budgets, ub: dict[int, int], totals: list[int], racks: int
+               ) -> list[list[int]] | None:
+    def share(j: int) -> float:
+        return max((use.get(options[j], 0.0) / cap for use, cap in budgets if cap > 0), default=0.0)
+
+    left = [[cap for _, cap in budgets] for _ in range(racks)]
+    out = [[0] * len(options) for _ in range(racks)]
+    for j in sorted(range(len(options)), key=lambda j: (-share(j), j)):
+        need = totals[j]
+        i = options[j]
+        for r in range(racks):
+            if need == 0:
+                break
+            room = ub[i] - out[r][j]
+            for (use, _), cap in zip(budgets, left[r]):
+                a = use.get(i, 0.0)
+                if a > 0:
+                    room = min(room, int(math.floor(cap / a * (1 + 1e-12) + 1e-9)))
+            put = max(0, min(need, room))
+            if put:
+                out[r][j] += put
+                need -= put
+                left[r] = [cap - put * use.get(i, 0.0) for (use, _), cap in zip(budgets, left[r])]
+        if need:
+            return None
+    return out
+
+
+def _highs_split(options: list[int], budgets, ub: dict[int, int], totals: list[int], racks: int
+                 ) -> list[list[int]] | None:
+    k = len(options)
+    nvar = racks * k
+    rows, lo, hi = [], [], []
+    for j in range(k):  # every server of option j placed
+        row = np.zeros(nvar)
+        row[[r * k + j for r in range(racks)]] = 1.0
+        rows.append(row), lo.append(totals[j]), hi.append(totals[j])
+    for r in range(racks):
+        for use, cap in budgets:
+            row = np.zeros(nvar)
+            for j, i in enumerate(options):
+                row[r * k + j] = use.get(i, 0.0)
+            rows.append(row), lo.append(-np.inf), hi.append(cap)
+    upper = [min(ub[options[j]], totals[j]) for _ in range(racks) for j in range(k)]
+    res = milp(np.zeros(nvar), integrality=np.ones(nvar), bounds=Bounds(0, upper),
+               constraints=LinearConstraint(np.array(rows), lo, hi), options={"node_limit": CANONICAL_PACK_NODES})
+    if res.x is None:
+        return None
+    return [[int(round(res.x[r * k + j])) for j in range(k)] for r in range(racks)]

@@ -153,4 +153,4 @@ def solve_tco(model: LinearModel, b: Built, p: Problem, objective: str, backend:
     notes.append(f"cost per task: Dinkelbach stopped after {max_iterations} iterations without proving the ratio "
                  "optimal")
     best.status, best.gap = "feasible", None
-    return best, m, notes
+    return best, step, notes
