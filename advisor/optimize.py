@@ -213,9 +213,8 @@ class _Clock:
 
 
 def tie_break_objective(b: Built, p: Problem) -> dict[str, float]:
-    """What max_throughput minimizes among answers of (nearly) the most throughput: power, then cost, then
-    orchestration cores, as one weighted sum with each term over its largest possible value (so the sum is at most
-    one and a relative gap resolves it)."""
+    """The tie-breaks of max_throughput as one weighted sum: power, cost and orchestration cores, each over its
+    largest possible value (so the sum is at most one). `throughput_objective` weighs them into its first solve."""
     total_power = sum(per_rack_count_bound(o, p.rack) * o.profile.power_w for o in p.options) * p.racks + 1.0
     total_cost = sum(per_rack_count_bound(o, p.rack) * (o.profile.price_usd or 0) for o in p.options) * p.racks
     total_cores = sum(o.profile.cores * per_rack_count_bound(o, p.rack) for o in p.options) * p.racks + 1.0
@@ -252,6 +251,12 @@ def rank_objective(b: Built) -> dict[str, float]:
     return {v: 1.0 + ((i + 1) * RANK_STEP) % 1.0 for (_, i), v in b.n.items()}
 
 
+WINDOW_FLOOR = 1e-6
+"""Relative width of the windows after the first tie-break stage (least power, then cost): as wide as the MIP gap
+that stage is solved to, so that two answers the gap cannot tell apart are both passed on to the next stage
+instead of each backend keeping the one it happened to find."""
+
+
 def _within_bounds(model: LinearModel, hint: dict[str, float] | None) -> dict[str, float] | None:
     """A starting point clipped to the variable bounds (polished LP values may sit 1e-13 outside them, which PuLP
     refuses), integers rounded."""
@@ -285,14 +290,15 @@ def _integral(model: LinearModel, sol: Solution, tol: float = 1e-5) -> bool:
 def _lexicographic(model: LinearModel, b: Built, backend: str, s: OptimizerSettings, clock: _Clock,
                    hint: dict[str, float] | None, stages: list[tuple[str, dict[str, float], bool]]
                    ) -> tuple[Solution, LinearModel]:
-    """Solve `model` for the first stage's objective, then each next stage's among the answers within
-    `throughput_tie_tolerance` (relative, absolute below one) of the previous stage's optimum, warm-started from it.
+    """Solve `model` for the first stage's objective, then each next stage's among the answers within a window of
+    the previous stage's optimum, warm-started from it: `throughput_tie_tolerance` (relative, absolute below one)
+    of the first stage's, WINDOW_FLOOR of each later one's (near-ties there go on to the next stage).
 
     Weights alone cannot do this in one solve: the later objectives would have to be worth less than the MIP gap, so
     a solver may stop on any of the tied answers, and CBC and SCIP stop on different ones (the first stage may still
     carry them as small weights, which speeds it up). Each later stage is an objective of its own, which the
-    relative gap resolves. The first stage's status, gap and bound are the answer's
-    (they speak of the objective the user asked for); the values are the last stage's. A first stage stopped by the
+    relative gap resolves. The first stage's status, gap and bound are the answer's (they speak of the objective the
+    user asked for); the values are the last stage's. A first stage stopped by the
     time limit, or a later stage that finds nothing, ends the sequence with the answer so far. Returns the
     solution and the first stage's model (the windows depend on the backend's figures, so polishing leaves them
     out)."""
@@ -304,10 +310,13 @@ def _lexicographic(model: LinearModel, b: Built, backend: str, s: OptimizerSetti
         return first, m
     sol, cur = first, m
     for name, objective, maximize in stages[1:]:
-        if clock.expired() or not objective:
+        if clock.expired():
             break
+        if not objective:  # nothing to rank by (no prices): the next stage keeps this one's window
+            continue
         value = sum(a * sol.values.get(k, 0.0) for k, a in cur.objective.items())
-        tol = s.throughput_tie_tolerance * max(1.0, abs(value))
+        rel = s.throughput_tie_tolerance if cur is m else max(s.throughput_tie_tolerance, WINDOW_FLOOR)
+        tol = rel * max(1.0, abs(value))
         nxt_model = _fix(cur, f"tie_{name}", cur.objective, ">=" if cur.maximize else "<=",
                          value - tol if cur.maximize else value + tol, "tie_window")
         nxt_model.objective, nxt_model.maximize = objective, maximize
@@ -337,9 +346,13 @@ def _solve_stages(b: Built, p: Problem, layout: Layout, objective: Objective, ba
                          "gpu_first")
     if objective == "max_throughput":
         # Most throughput (with the tie-breaks as small weights: the proven gap is the same, and solvers find the
-        # answer faster than with X alone); then least power, cost and orchestration cores, resolved; then ranks.
+        # answer faster than with X alone); then least power; then least cost; then the option ranks. The later
+        # stages read server counts only (the continuous split is polish's to make canonical): where a stage held
+        # the orchestration cores too, SCIP reported a better objective than its own values gave; and power and
+        # cost as one weighted sum left mixes within the gap of each other, which CBC and SCIP ranked differently.
         sol, m = _lexicographic(model, b, backend, s, clock, hint, [
-            ("throughput", throughput_objective(b, p, s), True), ("power_cost", tie_break_objective(b, p), False),
+            ("throughput", throughput_objective(b, p, s), True), ("power", power_terms(b, p), False),
+            ("cost", cost_terms(b, p) if any(cost_terms(b, p).values()) else {}, False),
             ("rank", rank_objective(b), False)])
         return sol, m, notes
     if objective in TCO_OBJECTIVES:
@@ -613,7 +626,7 @@ def optimize(
             ev = _evaluate_solution(b, p, sol, layout, s)
             x_mip = sol.values[b.x]
             x_eval = ev.throughput_tasks_per_hour if ev is not None else 0.0
-            power = sum(power_terms(b, p).get(k, 0) * v for k, v in sol.values.items())
+            power = sum(a * sol.values.get(k, 0.0) for k, a in power_terms(b, p).items())
             # Every candidate is judged by what the evaluator says it delivers (and, for cost objectives, costs).
             key = (x_eval, -power) if objective == "max_throughput" else _cost_key(ev, objective, p, power, sol, b)
             # on a tie (within solver precision), the solve with the tail-wait curves wins: its prediction is the
@@ -786,7 +799,7 @@ def _cost_key(ev: Evaluation | None, objective: Objective, p: Problem, power_w: 
     elif objective == "min_tco_for_throughput":
         value = t.cost_usd_per_hour if t is not None else None
     elif objective == "min_cost":
-        value = sum(cost_terms(b, p).get(k, 0.0) * v for k, v in sol.values.items())
+        value = sum(a * sol.values.get(k, 0.0) for k, a in cost_terms(b, p).items())
     else:
         value = power_w
     return (meets, -(math.inf if value is None else value), x_eval)

@@ -349,7 +349,9 @@ def solve_row(b: Built, p: Problem, solve_master: Callable[[Built], Solution], s
             if more is not None:
                 enumerated = sum(_add_pattern(mm, q, p.racks) for q in more)
                 sol2 = solve_master(mm.built) if enumerated else sol
-                if sol2.has_solution and sol2.values.get(x, -1) >= found * (1 - 1e-12):
+                # the completed master's answer is at least as good in the lexicographic order; its X may sit up
+                # to the tie-break budget below (least power among answers within the throughput tie tolerance)
+                if sol2.has_solution and sol2.values.get(x, -1) >= found - tie_budget:
                     sol = sol2
                 # Every pattern an optimal answer can use is now present, so the master's own proof holds for the
                 # row: its bound on (X - tie-breaks) plus the tie-breaks' worth bounds X.
@@ -433,9 +435,12 @@ def canonical_racks(b: Built, p: Problem, sol: Solution) -> Solution:
     The racks of a row are identical and every row-level constraint reads the server counts only through their
     totals N_o (see `_aggregate`), so every split of the totals that keeps each rack within its budgets is the same
     answer: same throughput, power, cost and evaluation. Solvers pick different ones (rack symmetry). This returns a
-    split that is a function of the totals alone: first fit, placing options largest first (share of the tightest
-    rack budget, then option index) into the lowest rack with room; if first fit strands a server, HiGHS's first
-    feasible split under a node limit (deterministic for the same input); if that fails too, the solver's own racks.
+    split that is a function of the totals alone, the first of these that fits: the even split (every rack
+    floor(N_o / R) servers of option o, the remainders dealt round-robin in option order); first fit, placing options
+    largest first (share of the tightest rack budget, then option index) into the lowest rack with room; rack
+    types: every rack vector of the options in use (if at most CANONICAL_RACK_TYPES), and HiGHS choosing how many
+    racks of each, preferring vectors early in descending order; HiGHS on the per-rack counts under a node limit.
+    HiGHS is deterministic for the same input. If none fits, the solver's own racks.
     Racks are then ordered by their count vectors, largest first."""
     if p.racks <= 1 or not sol.has_solution:
         return sol
@@ -448,7 +453,8 @@ def canonical_racks(b: Built, p: Problem, sol: Solution) -> Solution:
         return sol
     current = [[int(round(sol.values.get(b.n[r, i], 0.0))) for i in options] for r in range(p.racks)]
     totals = [sum(rk[j] for rk in current) for j in range(len(options))]
-    racks = _first_fit(options, budgets, ub, totals, p.racks) or _highs_split(options, budgets, ub, totals, p.racks)
+    racks = (_even_split(options, budgets, ub, totals, p.racks) or _first_fit(options, budgets, ub, totals, p.racks)
+             or _type_split(options, budgets, ub, totals, p.racks) or _highs_split(options, budgets, ub, totals, p.racks))
     if racks is None:
         racks = current
     racks = sorted(racks, reverse=True)
@@ -459,6 +465,22 @@ def canonical_racks(b: Built, p: Problem, sol: Solution) -> Solution:
     if _violations(b.model, values):
         return sol
     return Solution(sol.status, sol.objective, values, sol.best_bound, sol.gap, sol.seconds, sol.duals, sol.backend)
+
+
+def _fits_budgets(budgets, ub: dict[int, int], options: list[int], counts: list[int]) -> bool:
+    return all(n <= ub[i] for i, n in zip(options, counts)) and all(
+        sum(use.get(i, 0.0) * n for i, n in zip(options, counts)) <= cap * (1 + 1e-12) + 1e-9 for use, cap in budgets)
+
+
+def _even_split(options: list[int], budgets, ub: dict[int, int], totals: list[int], racks: int
+                ) -> list[list[int]] | None:
+    out = [[n // racks for n in totals] for _ in range(racks)]
+    r = 0
+    for j, n in enumerate(totals):
+        for _ in range(n % racks):
+            out[r][j] += 1
+            r = (r + 1) % racks
+    return out if all(_fits_budgets(budgets, ub, options, rk) for rk in out) else None
 
 
 def _first_fit(options: list[int], budgets, ub: dict[int, int], totals: list[int], racks: int
@@ -487,6 +509,53 @@ def _first_fit(options: list[int], budgets, ub: dict[int, int], totals: list[int
         if need:
             return None
     return out
+
+
+CANONICAL_RACK_TYPES = 20000
+"""Most rack vectors `canonical_racks` enumerates to split a row by rack types."""
+
+
+def _type_split(options: list[int], budgets, ub: dict[int, int], totals: list[int], racks: int
+                ) -> list[list[int]] | None:
+    live = [j for j, n in enumerate(totals) if n]
+    use = [[u.get(options[j], 0.0) for j in live] for u, _ in budgets]
+    caps = [cap for _, cap in budgets]
+    vectors: list[tuple[int, ...]] = []
+    cur = [0] * len(live)
+
+    def rec(pos: int, left: list[float]) -> bool:
+        if pos == len(live):
+            vectors.append(tuple(cur))
+            return len(vectors) <= CANONICAL_RACK_TYPES
+        j = live[pos]
+        most = min(ub[options[j]], totals[j])
+        for r, cap in enumerate(left):
+            if use[r][pos] > 0:
+                most = min(most, int(math.floor(cap / use[r][pos] * (1 + 1e-12) + 1e-9)))
+        for n in range(most, -1, -1):  # descending: vectors come out in descending lexicographic order
+            cur[pos] = n
+            if not rec(pos + 1, [cap - n * use[r][pos] for r, cap in enumerate(left)]):
+                return False
+        cur[pos] = 0
+        return True
+
+    if not live or not rec(0, caps):
+        return None
+    k = len(vectors)
+    a = np.array([[v[q] for v in vectors] for q in range(len(live))] + [[1.0] * k], dtype=float)
+    rhs = np.array([totals[j] for j in live] + [racks], dtype=float)
+    res = milp(np.arange(k, dtype=float) / k, integrality=np.ones(k), bounds=Bounds(0, racks),
+               constraints=LinearConstraint(a, rhs, rhs), options={"node_limit": CANONICAL_PACK_NODES})
+    if res.x is None:
+        return None
+    out = []
+    for v, lam in zip(vectors, res.x):
+        for _ in range(int(round(lam))):
+            row = [0] * len(options)
+            for q, j in enumerate(live):
+                row[j] = v[q]
+            out.append(row)
+    return out if len(out) == racks else None
 
 
 def _highs_split(options: list[int], budgets, ub: dict[int, int], totals: list[int], racks: int
