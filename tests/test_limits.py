@@ -119,16 +119,17 @@ def test_cancel_hooks_run_once_and_only_while_registered():
 
 
 def test_optimize_on_its_time_limit_returns_its_best_answer_with_gap():
-    # A binding tail-wait target on the built-in catalog does not prove optimal in 2 s (bench: slo section).
+    # A binding tail-wait target on the built-in catalog's big rack does not prove optimal in 2 s (bench: slo
+    # section; on air-40kw the same target now proves optimal in well under a second).
     cat = builtin_catalog()
     wl = cat.workloads["rl-rollout"].model_copy(update={"slo": Slo(tool_wait_p95_seconds=0.5)})
     t = time.perf_counter()
-    res = optimize(wl, cat.racks["air-40kw"], cat, layout="hybrid", time_limit_s=2.0, explain=False)
+    res = optimize(wl, cat.racks["liquid-130kw"], cat, layout="hybrid", time_limit_s=2.0, explain=False)
     assert time.perf_counter() - t < HONOURED_S
     assert res.status in ("time_limit", "feasible")
     assert res.gap is not None and res.gap > 0
     assert res.configuration is not None and res.throughput_tasks_per_hour > 0
-    ev = evaluate_configuration(res.configuration, wl, cat.racks["air-40kw"], cat)
+    ev = evaluate_configuration(res.configuration, wl, cat.racks["liquid-130kw"], cat)
     assert ev.throughput_tasks_per_hour == pytest.approx(res.throughput_tasks_per_hour, rel=1e-6)
 
 
