@@ -1,8 +1,9 @@
 """Shared pydantic base: frozen, strict about unknown fields, field docstrings become descriptions."""
 
-from typing import Any
+import math
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, model_validator
 
 MAX_INPUT_MAGNITUDE = 1e15
 """Largest absolute number any input field accepts, in its own unit. Real figures stay far below it (the largest are
@@ -12,6 +13,17 @@ MIN_INPUT_MAGNITUDE = 1e-9
 """Smallest absolute value a non-zero input number may have. Real figures stay far above it (the smallest are
 fractions and coefficients of variation, above 1e-4); below it a figure is a typo or a denormal, and dividing by it
 overflows (found by tests/test_fuzz_loaders.py: kv_bytes_per_token 1e-320)."""
+
+
+def _unbounded_out(v: float) -> float | None:
+    return None if math.isinf(v) else v
+
+
+Unbounded = Annotated[float, BeforeValidator(lambda v: math.inf if v is None else v),
+                      PlainSerializer(_unbounded_out, return_type=float | None, when_used="json")]
+"""An output figure that is infinite when there is load but no capacity (the utilization of a pool with no cores or
+no serving capacity). JSON has no infinity: it is written as null, which its schema allows and documents, and read
+back as inf."""
 
 
 class Frozen(BaseModel):

@@ -22,7 +22,7 @@ from pydantic import Field
 from scipy.stats import norm
 
 from models.assumptions import ModelAssumptions
-from models.base import Frozen
+from models.base import Frozen, Unbounded
 from models.catalog import Catalog, UnknownId
 from models.config import SHARED_QUEUE, Configuration, Queue
 from models.hardware import Rack
@@ -102,8 +102,8 @@ class QueueFigures(Frozen):
     """Cores a tool call holds, averaged by core-time."""
     wait_scale: float = 1.0
     """Allen-Cunneen factor (1 + SCV of call time) / 2 applied to the M/M/c waits."""
-    utilization: float
-    """At the operating point."""
+    utilization: Unbounded
+    """At the operating point (null in JSON: calls but no cores)."""
     wait_mean_s: float | None
     """Mean wait per tool call at the operating point (None if unstable)."""
     sandbox_memory_gb: float
@@ -114,7 +114,8 @@ class ClosedLoop(Frozen):
     capped: bool
     """True when the memory-limited population exceeded the MVA cap."""
     throughput_tasks_per_hour: float
-    mean_task_seconds: float
+    mean_task_seconds: float | None
+    """None when the loop completes no tasks (a stage every task needs has no capacity)."""
 
 
 class Evaluation(Frozen):
@@ -141,8 +142,8 @@ class Evaluation(Frozen):
     """The part of the idle fraction attributed to tasks waiting on tool (CPU) stages rather than plain delays."""
     operating_point: str
     arrival_rate_tasks_per_hour: float
-    utilization: dict[str, float]
-    """Per pool at the operating point."""
+    utilization: dict[str, Unbounded]
+    """Per pool at the operating point (null in JSON: load on a pool with no capacity)."""
     queues: list[QueueFigures]
     stage_times: list[StageTime]
     stage_shares: dict[str, float]
@@ -491,7 +492,17 @@ def evaluate(
         warnings.append(f"sandbox memory holds {int(n_mem):,} live tasks; the other {op.agents - int(n_mem):,} "
                         "agents wait for memory and the closed loop is solved for the live ones")
     mva_stations: list[Station] = []
-    if n_agents is not None and n_agents >= 1:
+    # A stage some tasks need that has no capacity ends up holding every agent: the loop completes nothing. (Left
+    # out of the network, it would be skipped, and the loop would run as if that stage took no time.)
+    starved = (["GPU serving (GPUs and orchestration cores)"] if has_llm and serving_cap <= 0 else []) + [
+        f"tool queue {q.name!r} (no cores)" for q in queues if cpu_calls[q.name] > 0 and qservers.get(q.name, 0) <= 0]
+    if n_agents is not None and n_agents >= 1 and starved:
+        closed = ClosedLoop(agents=min(n_agents, a.max_closed_loop_agents), capped=n_agents > a.max_closed_loop_agents,
+                            throughput_tasks_per_hour=0.0, mean_task_seconds=None)
+        stable = False
+        warnings.append(f"the closed loop completes no tasks: {' and '.join(starved)} "
+                        f"{'have' if len(starved) > 1 else 'has'} no capacity")
+    elif n_agents is not None and n_agents >= 1:
         capped = n_agents > a.max_closed_loop_agents
         n_run = min(n_agents, a.max_closed_loop_agents)
         if has_llm and serving_cap > 0:
@@ -608,13 +619,14 @@ def evaluate(
         util["gpu"] = lam / serving_cap if serving_cap > 0 else (math.inf if lam > 0 else 0.0)
     for q in queues:
         if cpu_work[q.name] > 0:
-            util[f"cpu:{q.name}"] = lam * cpu_work[q.name] / qcap[q.name] if qcap[q.name] > 0 else math.inf
+            util[f"cpu:{q.name}"] = lam * cpu_work[q.name] / qcap[q.name] if qcap[q.name] > 0 else \
+                (math.inf if lam > 0 else 0.0)
         if mem_demand[q.name] > 0:
             # Live sandboxes at the operating point last the *loaded* task time (queueing and batching included),
             # longer than the unloaded time the memory bound uses; flag when they would not fit.
             loaded = sum(c.share * c.sandbox_memory_gb * (m if stable else unloaded[c.name])
                          for c, m in zip(workload.classes, means) if class_queue.get(c.name) == q.name)
-            u_mem = lam * loaded / qmem[q.name] if qmem[q.name] > 0 else math.inf
+            u_mem = lam * loaded / qmem[q.name] if qmem[q.name] > 0 else (math.inf if lam > 0 else 0.0)
             util[f"memory:{q.name}"] = u_mem
             if u_mem > 1.0:
                 warnings.append(
