@@ -1,8 +1,9 @@
 """HTTP API (FastAPI), versioned under /v1: catalog look-ups, evaluate, optimize, compare and stored HTML reports.
 
-Run it with `advisor serve` or `uvicorn advisor.api:app`. Solves run in a bounded worker pool (settings.workers
-threads); a request that cannot get a slot within settings.queue_wait_s is answered 503 with Retry-After, so the
-event loop (and /healthz) always stays responsive.
+Run it with `advisor serve` or `uvicorn advisor.api:app`. Solves run in a bounded pool of settings.workers worker
+processes (advisor/workers.py; settings.solve_in = "thread" runs them in threads of the server instead); a request
+that cannot get a slot within settings.queue_wait_s is answered 503 with Retry-After, so the event loop (and
+/healthz) always stays responsive.
 """
 
 from __future__ import annotations
@@ -20,19 +21,18 @@ from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from advisor import __version__
+from advisor import __version__, api_jobs
 from advisor.cancel import CancelToken, Cancelled, cancellable
-from advisor.catalog import builtin_catalog, catalog_refs_only, load_catalog, load_rack, load_workload
-from advisor.compare import LayoutComparison, compare_layouts
+from advisor.catalog import builtin_catalog, catalog_refs_only, load_catalog
+from advisor.compare import LayoutComparison
 from advisor.errors import InputError
-from advisor.export import Artifact, ExportSettings, export
-from advisor.optimize import Objective, OptimizeResult, optimize
+from advisor.export import Artifact, ExportSettings
+from advisor.optimize import Objective, OptimizeResult
 from advisor.options import Layout
-from advisor.report import MAX_RACKS, ReportRequest, render_report
-from advisor.service import evaluate_configuration, resolve_inputs
-from advisor.settings import OptimizerSettings
+from advisor.report import MAX_RACKS, ReportRequest
 from advisor.settings_api import ApiSettings
 from advisor.store import ReportStore
+from advisor.workers import WorkerDied, WorkerProcesses
 from models.base import BoundedNumbers
 from models.assumptions import ModelAssumptions
 from models.catalog import Catalog, UnknownId
@@ -160,6 +160,10 @@ class Health(BaseModel):
     """Requests since start whose client left while they waited for a slot (never started)."""
     cancelled: int = 0
     """Requests since start whose client left while their solve ran (stopped early)."""
+    solve_in: Literal["process", "thread"] = "process"
+    """Where solves run: worker processes (the default) or threads of the server."""
+    workers_replaced: int = 0
+    """Worker processes since start that died during a job and were replaced (that job answered 500)."""
 
 
 class ErrorOut(BaseModel):
@@ -188,13 +192,17 @@ class ClientGone(Exception):
 
 
 class SolvePool:
-    """At most `workers` solves at once, each in a worker thread; waiting for a slot is bounded in time, and a
-    request whose client disconnects while it waits gives up its place without starting its solve, and one whose
-    client disconnects while its solve runs cancels it (`advisor.cancel`). Every solve runs under
-    `catalog_refs_only`: strings in a request are catalog ids, never files to read."""
+    """At most `workers` solves at once, each in a worker process (`processes`, advisor/workers.py) or, without
+    one, a worker thread. Waiting for a slot is bounded in time; a request whose client disconnects while it waits
+    gives up its place without starting its solve, and one whose client disconnects while its solve runs cancels it
+    (`advisor.cancel`; in a process, through the worker's pipe). Every solve runs under `catalog_refs_only`:
+    strings in a request are catalog ids, never files to read. A job is `fn(catalog, *args)` with `fn` a
+    module-level function (advisor/api_jobs.py), so that it can cross to a process."""
 
-    def __init__(self, workers: int, queue_wait_s: float):
+    def __init__(self, workers: int, queue_wait_s: float, catalog: Callable[[], Catalog],
+                 processes: WorkerProcesses | None = None):
         self.workers, self.queue_wait_s = workers, queue_wait_s
+        self.catalog, self.processes = catalog, processes
         self.slots = anyio.Semaphore(workers)
         self.threads = anyio.CapacityLimiter(workers)
         self.busy = 0
@@ -205,6 +213,7 @@ class SolvePool:
         """Requests whose client left while they waited for a slot (their solves never started)."""
         self.cancelled = 0
         """Requests whose client left while their solve ran (stopped at its next step, nothing stored)."""
+        self.jobs = 0
 
     def retry_after(self) -> int:
         return max(1, math.ceil(self.mean_s * max(1, self.waiting) / self.workers))
@@ -228,6 +237,16 @@ class SolvePool:
             tg.cancel_scope.cancel()
         return not gone
 
+    def _in_thread(self, fn: Callable[..., T], args: tuple) -> tuple[Callable[[], T], Callable[[], None]]:
+        token = CancelToken()
+        cat = self.catalog()
+
+        def confined() -> T:
+            with catalog_refs_only(), cancellable(token):
+                return fn(cat, *args)
+
+        return confined, token.cancel
+
     async def run(self, fn: Callable[..., T], *args: Any,
                   disconnected: Callable[[], Awaitable[bool]] | None = None) -> T:
         self.waiting += 1
@@ -243,13 +262,29 @@ class SolvePool:
             self.abandoned += 1
             raise ClientGone()
         self.busy += 1
+        self.jobs += 1
         t0 = time.perf_counter()
-        token = CancelToken()
+        worker = [self.processes.take()] if self.processes is not None else None
+        if worker is not None:
+            job_id = self.jobs
 
-        def confined() -> T:
-            with catalog_refs_only(), cancellable(token):
-                return fn(*args)
+            def work():
+                try:
+                    ok, value = worker[0].call(job_id, fn, args)
+                except WorkerDied as e:
+                    if e.started:
+                        raise
+                    # it died while idle: the job never ran, so it runs on the replacement
+                    worker[0] = self.processes.replace(worker[0])
+                    ok, value = worker[0].call(job_id, fn, args)
+                if not ok:
+                    raise value
+                return value
 
+            def cancel() -> None:
+                worker[0].cancel(job_id)
+        else:
+            work, cancel = self._in_thread(fn, args)
         outcome: dict[str, Any] = {}
         try:
             async with anyio.create_task_group() as tg:
@@ -257,15 +292,22 @@ class SolvePool:
                     async def watch() -> None:
                         while not await disconnected():
                             await anyio.sleep(DISCONNECT_POLL_S)
-                        token.cancel()  # the solve stops at its next step; the thread is waited for below
+                        cancel()  # the solve stops at its next step; its answer is waited for below
 
                     tg.start_soon(watch)
                 try:  # outcomes leave the task group as values, so that errors are not wrapped in groups
-                    outcome["value"] = await anyio.to_thread.run_sync(confined, limiter=self.threads)
+                    outcome["value"] = await anyio.to_thread.run_sync(work, limiter=self.threads)
                 except BaseException as e:  # noqa: BLE001 - re-raised below
                     outcome["error"] = e
                 tg.cancel_scope.cancel()
         finally:
+            if worker is not None:
+                if isinstance(outcome.get("error"), WorkerDied) or not worker[0].alive():
+                    try:
+                        worker[0] = await anyio.to_thread.run_sync(self.processes.replace, worker[0])
+                    except Exception:  # noqa: BLE001 - keep the slot; the next job tries again
+                        log.exception("could not start a replacement solve worker")
+                self.processes.give(worker[0])
             self.busy -= 1
             self.mean_s = 0.8 * self.mean_s + 0.2 * (time.perf_counter() - t0)
             self.slots.release()
@@ -361,10 +403,19 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        state["pool"] = SolvePool(settings.workers, settings.queue_wait_s)
-        state["store"] = ReportStore(settings.database)
         get_catalog()
-        yield
+        processes = None
+        if settings.solve_in == "process":
+            processes = WorkerProcesses(settings.workers, settings.catalog, catalog, settings.worker_nice,
+                                        settings.worker_start_timeout_s)
+            await anyio.to_thread.run_sync(processes.start)
+        state["pool"] = SolvePool(settings.workers, settings.queue_wait_s, get_catalog, processes)
+        state["store"] = ReportStore(settings.database)
+        try:
+            yield
+        finally:
+            if processes is not None:
+                await anyio.to_thread.run_sync(processes.stop)
 
     app = FastAPI(
         title="rack-advisor", version=__version__, lifespan=lifespan,
@@ -411,7 +462,9 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
         p = state.get("pool")
         return Health(status="ok", version=__version__, workers=settings.workers,
                       busy=p.busy if p else 0, waiting=p.waiting if p else 0,
-                      abandoned=p.abandoned if p else 0, cancelled=p.cancelled if p else 0)
+                      abandoned=p.abandoned if p else 0, cancelled=p.cancelled if p else 0,
+                      solve_in=settings.solve_in,
+                      workers_replaced=p.processes.replaced if p and p.processes else 0)
 
     v1 = APIRouter(prefix="/v1", responses=ERRORS)
 
@@ -435,73 +488,26 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
     for kind, model in CATALOG_KINDS.items():
         add_catalog_routes(kind, model)
 
-    def _solve_inputs(req: _SolveRequest) -> tuple[Catalog, Workload, Rack, OptimizerSettings]:
-        cat = get_catalog()
-        for ids, table in ((req.gpu_ids, cat.gpus), (req.cpu_ids, cat.cpus)):
-            for i in ids or []:
-                table[i]  # UnknownId -> 422 with suggestions
-        s = OptimizerSettings(assumptions=req.assumptions) if req.assumptions else OptimizerSettings()
-        return cat, load_workload(req.workload, cat), load_rack(req.rack, cat), s
-
     @v1.post("/evaluate", response_model=Evaluation, tags=["solve"])
     async def evaluate_ep(req: EvaluateRequest, request: Request) -> Evaluation:
-        return await pool().run(
-            lambda: evaluate_configuration(req.configuration, req.workload, req.rack, get_catalog(), req.assumptions),
-            disconnected=request.is_disconnected)
+        return await pool().run(api_jobs.evaluate_job, req, disconnected=request.is_disconnected)
 
     @v1.post("/optimize", response_model=OptimizeResult, tags=["solve"],
              description="Infeasible budgets are answered 200 with status `infeasible` and a diagnosis.")
     async def optimize_ep(req: OptimizeRequest, request: Request) -> OptimizeResult:
-        def run() -> OptimizeResult:
-            cat, w, r, s = _solve_inputs(req)
-            try:
-                return optimize(w, r, cat, layout=req.layout, racks=req.racks, backend=req.solver,
-                                time_limit_s=cap(req.time_limit_s), objective=req.objective,
-                                required_tasks_per_hour=req.required_tasks_per_hour,
-                                capital_budget_usd=req.capital_budget_usd, gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids,
-                                settings=s, explain=req.explain)
-            except ValueError as e:
-                raise InputError(str(e)) from None
-
-        return await pool().run(run, disconnected=request.is_disconnected)
+        return await pool().run(api_jobs.optimize_job, req, cap(req.time_limit_s),
+                                disconnected=request.is_disconnected)
 
     @v1.post("/compare", response_model=LayoutComparison, tags=["solve"])
     async def compare_ep(req: CompareRequest, request: Request) -> LayoutComparison:
-        def run() -> LayoutComparison:
-            cat, w, r, s = _solve_inputs(req)
-            try:
-                return compare_layouts(w, r, cat, racks=req.racks, backend=req.solver,
-                                       time_limit_s=cap(req.time_limit_s), gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids,
-                                       settings=s, explain=req.explain)
-            except ValueError as e:
-                raise InputError(str(e)) from None
-
-        return await pool().run(run, disconnected=request.is_disconnected)
+        return await pool().run(api_jobs.compare_job, req, cap(req.time_limit_s),
+                                disconnected=request.is_disconnected)
 
     @v1.post("/export", tags=["export"], response_class=PlainTextResponse,
              responses={200: {"content": {"application/yaml": {}, "text/plain": {}},
                               "description": "The artifact: k8s and prometheus as YAML, slurm as a text bundle."}})
     async def export_ep(req: ExportRequest, request: Request) -> PlainTextResponse:
-        def run() -> Artifact:
-            cat = get_catalog()
-            a = req.assumptions or ModelAssumptions()
-            if req.configuration is not None:
-                w, r = resolve_inputs(req.configuration, req.workload, req.rack, cat)
-                source = req.configuration
-            else:
-                if req.workload is None or req.rack is None:
-                    raise InputError("give a configuration, or workload and rack to optimize")
-                w, r = load_workload(req.workload, cat), load_rack(req.rack, cat)
-                source = optimize(w, r, cat, layout=req.layout, racks=req.racks, backend=req.solver,
-                                  time_limit_s=cap(req.time_limit_s), settings=OptimizerSettings(assumptions=a),
-                                  explain=False)
-            try:
-                return export(req.format, source, w, cat, rack=r, assumptions=a, alert_headroom=req.alert_headroom,
-                              settings=req.settings)
-            except ValueError as e:
-                raise InputError(str(e)) from None
-
-        art = await pool().run(run, disconnected=request.is_disconnected)
+        art = await pool().run(api_jobs.export_job, req, cap(req.time_limit_s), disconnected=request.is_disconnected)
         return PlainTextResponse(art.text, media_type=art.media_type,
                                  headers={"Content-Disposition": f'attachment; filename="{art.filename}"'})
 
@@ -513,11 +519,8 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
                                                                settings.time_limit_cap_s),
                                      "sweep_budget_s": min(req.sweep_budget_s, settings.report_sweep_budget_s)})
 
-        def run():
-            html, data = render_report(req, get_catalog())
-            return store().put(req.model_dump(mode="json"), data, html)
-
-        rec = await pool().run(run, disconnected=request.is_disconnected)
+        html, data = await pool().run(api_jobs.report_job, req, disconnected=request.is_disconnected)
+        rec = await anyio.to_thread.run_sync(store().put, req.model_dump(mode="json"), data, html)
         base = str(request.base_url).rstrip("/")
         return ReportCreated(id=rec.id, url=f"{base}/v1/reports/{rec.id}",
                              json_url=f"{base}/v1/reports/{rec.id}.json", created=rec.created)

@@ -37,7 +37,8 @@ def register(app: typer.Typer) -> None:
 
         s = ApiSettings()
         h, p = host or s.host, port if port is not None else s.port
-        err.print(f"rack-advisor API on http://{h}:{p} (docs /docs), reports in {s.database}, {s.workers} workers"
+        err.print(f"rack-advisor API on http://{h}:{p} (docs /docs), reports in {s.database}, "
+                  f"{s.workers} solve {'processes' if s.solve_in == 'process' else 'threads'}"
                   + (", API key required" if s.api_key else ""), highlight=False, soft_wrap=True)
         uvicorn.run("advisor.api:app", host=h, port=p, log_level=log_level, workers=1,
                     limit_concurrency=None, timeout_graceful_shutdown=5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -43,6 +44,15 @@ class ApiSettings(BaseSettings):
     """Catalog folder to serve instead of the built-in one (`ADVISOR_CATALOG`)."""
     workers: int = Field(default=2, ge=1, le=64)
     """Solves (evaluate, optimize, compare, report) run at the same time; more requests wait for a slot."""
+    solve_in: Literal["process", "thread"] = "process"
+    """Where solves run: `process`, a pool of `workers` worker processes, each holding the catalog; or `thread`,
+    threads of the server. In threads a solve's Python work holds the server's GIL, and /healthz and catalog reads
+    wait for it (bench/bench_load.py measured /healthz p99 142 ms under load in threads)."""
+    worker_nice: int = Field(default=10, ge=0, le=19)
+    """Niceness added to the solve worker processes, so that on a busy machine the OS runs the server's event loop
+    (health checks, catalog reads, report pages) ahead of solves. 10 is the niceness `nice` uses by default."""
+    worker_start_timeout_s: float = Field(default=120.0, gt=0)
+    """How long a worker process may take to start and load the catalog."""
     time_limit_cap_s: float = Field(default=60.0, gt=0)
     """Largest solver time limit a request may ask for; larger requests are cut to it."""
     max_body_bytes: int = Field(default=1_000_000, gt=0)

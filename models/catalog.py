@@ -23,6 +23,17 @@ class UnknownId(KeyError):
     def __str__(self) -> str:
         return self.args[0]
 
+    def __reduce__(self):
+        # pickled across the API's worker processes: rebuilt from its fields, not from __init__'s arguments
+        return _rebuild_unknown_id, (self.kind, self.key, self.suggestions, self.args[0])
+
+
+def _rebuild_unknown_id(kind: str, key: str, suggestions: list[str], message: str) -> UnknownId:
+    e = UnknownId.__new__(UnknownId)
+    KeyError.__init__(e, message)
+    e.kind, e.key, e.suggestions = kind, key, suggestions
+    return e
+
 
 class Table(Generic[T]):
     """Entries of one kind by id."""

@@ -261,13 +261,14 @@ def test_backends_agree_on_random_instances(seed, layout, racks):
 # -------------------------------------------------------------------------------------------------------- API
 
 
-def test_api_answers_as_in_process(mini, tmp_path):
+@pytest.mark.parametrize("solve_in", ["process", "thread"])
+def test_api_answers_as_in_process(mini, tmp_path, solve_in):
     from fastapi.testclient import TestClient
 
     from advisor.api import create_app
     from advisor.settings_api import ApiSettings
 
-    app = create_app(ApiSettings(database=tmp_path / "advisor.db", catalog=MINI), catalog=mini)
+    app = create_app(ApiSettings(database=tmp_path / "advisor.db", catalog=MINI, solve_in=solve_in), catalog=mini)
     w, rk = mini.workloads["agent"], mini.racks["r15"]
     with TestClient(app) as client:
         r = client.post("/v1/optimize", json={"workload": "agent", "rack": "r15", "layout": "hybrid", "racks": 2,

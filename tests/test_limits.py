@@ -181,10 +181,11 @@ def _post_and_leave(url: str, path: str, body: dict, after_s: float) -> None:
             c.post(path, json=body)
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
+@pytest.fixture(scope="module", params=["process", "thread"])
+def server(tmp_path_factory, request):
+    """Both places a solve can run: a cancel reaches a worker process through its pipe, a thread directly."""
     s = Server(tmp_path_factory.mktemp("limits"), workers=1, queue_wait_s=60, report_sweep_budget_s=300,
-               time_limit_cap_s=60).start()
+               time_limit_cap_s=60, solve_in=request.param).start()
     yield s
     s.stop()
 

@@ -105,7 +105,7 @@ def test_api_key_compared_in_constant_time(monkeypatch):
         return real(a, b)
 
     monkeypatch.setattr(api.hmac, "compare_digest", spy)
-    app = api.create_app(ApiSettings(api_key=KEY, catalog=MINI, database=":memory:"))
+    app = api.create_app(ApiSettings(api_key=KEY, catalog=MINI, database=":memory:", solve_in="thread"))
     with TestClient(app) as c:
         assert c.get("/v1/catalog/racks", headers={"X-API-Key": WRONG_KEY}).status_code == 403
         assert c.get("/v1/catalog/racks", headers={"X-API-Key": KEY}).status_code == 200
@@ -116,8 +116,10 @@ def test_no_stack_trace_in_an_internal_error(monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("secret internal detail /etc/shadow")
 
-    monkeypatch.setattr(api, "evaluate_configuration", boom)
-    app = api.create_app(ApiSettings(catalog=MINI, database=":memory:"))
+    # in a thread, so that the patched function is the one that runs (a worker process imports its own);
+    # tests/test_api_workers.py checks the answer when a worker process fails
+    monkeypatch.setattr(api.api_jobs, "evaluate_configuration", boom)
+    app = api.create_app(ApiSettings(catalog=MINI, database=":memory:", solve_in="thread"))
     with TestClient(app, raise_server_exceptions=False) as c:
         r = c.post("/v1/evaluate", json={"configuration": {"servers": [{"chassis": "cpu1u", "cpu": "cpu-b",
                                                                         "count": 1}]},

@@ -1,0 +1,82 @@
+"""The work behind the API's solve endpoints, as plain functions of (catalog, request, limits).
+
+Module-level so that a solve worker process (advisor/workers.py) can run them as well as a thread of the server:
+the request objects and answers pickle; the catalog is the worker's own copy. Every function raises InputError
+for input the user can fix (422) and lets anything else through (500)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from advisor.catalog import load_rack, load_workload
+from advisor.compare import LayoutComparison, compare_layouts
+from advisor.errors import InputError
+from advisor.export import Artifact, export
+from advisor.optimize import OptimizeResult, optimize
+from advisor.report import render_report
+from advisor.service import evaluate_configuration, resolve_inputs
+from advisor.settings import OptimizerSettings
+from models.assumptions import ModelAssumptions
+from models.catalog import Catalog
+from models.hardware import Rack
+from models.pipeline import Evaluation
+from models.workload import Workload
+
+if TYPE_CHECKING:  # the request models live with the API; importing them here would be circular
+    from advisor.api import CompareRequest, EvaluateRequest, ExportRequest, OptimizeRequest
+    from advisor.report import ReportRequest
+
+
+def solve_inputs(cat: Catalog, req) -> tuple[Workload, Rack, OptimizerSettings]:
+    for ids, table in ((req.gpu_ids, cat.gpus), (req.cpu_ids, cat.cpus)):
+        for i in ids or []:
+            table[i]  # UnknownId -> 422 with suggestions
+    s = OptimizerSettings(assumptions=req.assumptions) if req.assumptions else OptimizerSettings()
+    return load_workload(req.workload, cat), load_rack(req.rack, cat), s
+
+
+def evaluate_job(cat: Catalog, req: EvaluateRequest) -> Evaluation:
+    return evaluate_configuration(req.configuration, req.workload, req.rack, cat, req.assumptions)
+
+
+def optimize_job(cat: Catalog, req: OptimizeRequest, time_limit_s: float) -> OptimizeResult:
+    w, r, s = solve_inputs(cat, req)
+    try:
+        return optimize(w, r, cat, layout=req.layout, racks=req.racks, backend=req.solver, time_limit_s=time_limit_s,
+                        objective=req.objective, required_tasks_per_hour=req.required_tasks_per_hour,
+                        capital_budget_usd=req.capital_budget_usd, gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids,
+                        settings=s, explain=req.explain)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+
+def compare_job(cat: Catalog, req: CompareRequest, time_limit_s: float) -> LayoutComparison:
+    w, r, s = solve_inputs(cat, req)
+    try:
+        return compare_layouts(w, r, cat, racks=req.racks, backend=req.solver, time_limit_s=time_limit_s,
+                               gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids, settings=s, explain=req.explain)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+
+def export_job(cat: Catalog, req: ExportRequest, time_limit_s: float) -> Artifact:
+    a = req.assumptions or ModelAssumptions()
+    if req.configuration is not None:
+        w, r = resolve_inputs(req.configuration, req.workload, req.rack, cat)
+        source = req.configuration
+    else:
+        if req.workload is None or req.rack is None:
+            raise InputError("give a configuration, or workload and rack to optimize")
+        w, r = load_workload(req.workload, cat), load_rack(req.rack, cat)
+        source = optimize(w, r, cat, layout=req.layout, racks=req.racks, backend=req.solver,
+                          time_limit_s=time_limit_s, settings=OptimizerSettings(assumptions=a), explain=False)
+    try:
+        return export(req.format, source, w, cat, rack=r, assumptions=a, alert_headroom=req.alert_headroom,
+                      settings=req.settings)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+
+
+def report_job(cat: Catalog, req: ReportRequest) -> tuple[str, dict]:
+    """The report's HTML and data (the server stores them: the database is the server's, not the worker's)."""
+    return render_report(req, cat)

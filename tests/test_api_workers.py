@@ -1,0 +1,129 @@
+"""The API's solve worker processes (advisor/workers.py): solves run in niced processes, a worker that dies is
+replaced (its request answers 500, the next one is served), and stopping the server stops its workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from advisor.settings_api import ApiSettings
+from api_server import Server
+
+QUICK = {"workload": "agent", "rack": "r40", "explain": False}
+SLOW_REPORT = {"workload": "agent", "rack": "r40", "racks": 4, "sensitivity": True,
+               "power_factors": [0.5, 0.6, 0.75, 0.9, 1.0, 1.1, 1.25, 1.4, 1.5],
+               "tool_factors": [0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0],
+               "sweep_budget_s": 300, "sweep_time_limit_s": 30, "time_limit_s": 30}
+"""A report whose sweeps run far longer than the tests wait (as in tests/test_limits.py)."""
+WAIT_S = 30.0
+
+
+def workers_of(pid: int) -> list[int]:
+    """The server's solve worker processes: its children started by multiprocessing's spawn."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                cmd = Path(f"/proc/{child}/cmdline").read_bytes()
+            except FileNotFoundError:
+                continue
+            if b"spawn_main" in cmd:
+                out.append(int(child))
+    return sorted(out)
+
+
+def nice_of(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[16])  # field 19 of proc(5); the split starts at field 3
+
+
+WORKING_TICKS = 20
+"""CPU time (clock ticks, 1/100 s) a worker must use before the test counts it as running its job."""
+
+
+def cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def wait_for(c: httpx.Client, pred, limit_s: float = WAIT_S) -> dict:
+    end = time.monotonic() + limit_s
+    h = c.get("/healthz").json()
+    while time.monotonic() < end and not pred(h):
+        time.sleep(0.05)
+        h = c.get("/healthz").json()
+    return h
+
+
+@pytest.fixture()
+def server(tmp_path):
+    s = Server(tmp_path, log_level="info", workers=1, queue_wait_s=60, report_sweep_budget_s=300,
+               time_limit_cap_s=60).start()
+    yield s
+    s.stop()
+
+
+def test_solves_run_in_niced_worker_processes(tmp_path):
+    s = Server(tmp_path, workers=2).start()
+    try:
+        with s.client() as c:
+            assert c.get("/healthz").json()["solve_in"] == "process"
+            assert c.post("/v1/optimize", json=QUICK).status_code == 200
+        kids = workers_of(s.proc.pid)
+        assert len(kids) == 2
+        want = min(19, nice_of(s.proc.pid) + ApiSettings().worker_nice)
+        assert [nice_of(k) for k in kids] == [want, want]
+    finally:
+        s.stop()
+    assert not any(alive(k) for k in kids), "stopping the server leaves no worker behind"
+
+
+def test_a_worker_that_dies_is_replaced(server):
+    with server.client() as c:
+        (first,) = workers_of(server.proc.pid)
+        got: dict = {}
+        t = threading.Thread(target=lambda: got.update(r=server.client().post("/v1/reports", json=SLOW_REPORT)))
+        t.start()
+        assert wait_for(c, lambda h: h["busy"] == 1)["busy"] == 1
+        # killed once it has taken the job (it uses CPU): a worker that dies before that is replaced, and the job
+        # runs there (the next test)
+        base = cpu_ticks(first)
+        end = time.monotonic() + WAIT_S
+        while cpu_ticks(first) < base + WORKING_TICKS and time.monotonic() < end:
+            time.sleep(0.05)
+        os.kill(first, signal.SIGKILL)
+        t.join(WAIT_S)
+        assert got["r"].status_code == 500 and got["r"].json() == {"detail": "internal error"}
+        h = wait_for(c, lambda h: h["busy"] == 0)
+        assert h["busy"] == 0 and h["workers_replaced"] == 1, h
+        (second,) = workers_of(server.proc.pid)
+        assert second != first
+        r = c.post("/v1/optimize", json=QUICK)
+        assert r.status_code == 200 and r.json()["status"] == "optimal"
+    assert "exited with code -9" in server.log()
+
+
+def test_a_worker_that_died_while_idle_is_replaced_before_its_next_job(server):
+    with server.client() as c:
+        assert c.post("/v1/optimize", json=QUICK).status_code == 200
+        (first,) = workers_of(server.proc.pid)
+        os.kill(first, signal.SIGKILL)
+        end = time.monotonic() + WAIT_S
+        while alive(first) and time.monotonic() < end:
+            time.sleep(0.05)
+        r = c.post("/v1/optimize", json=QUICK)
+        assert r.status_code == 200, server.log()
+        assert c.get("/healthz").json()["workers_replaced"] == 1
