@@ -7,7 +7,7 @@
 
 What it does:
   server   `advisor serve` in a subprocess on a free 127.0.0.1 port, its database in a temporary folder, the built-in
-           catalog unless --catalog is given (ADVISOR_WORKERS, ADVISOR_TIME_LIMIT_CAP_S, ADVISOR_QUEUE_WAIT_S and
+           catalog unless --catalog is given (ADVISOR_WORKERS, ADVISOR_SOLVE_IN, ADVISOR_TIME_LIMIT_CAP_S, ADVISOR_QUEUE_WAIT_S and
            ADVISOR_REPORT_SWEEP_BUDGET_S are set from the options below and printed).
   clients  --clients threads, each with its own keep-alive httpx client, draw operations from a fixed mix weighted
            towards cheap calls: catalog lists and entries, evaluate (configurations taken from optimize answers at
@@ -17,7 +17,8 @@ What it does:
   prober   a separate process (so the bench's own threads do not delay it) GETs /healthz every --health-interval-s
            on a fixed schedule, from 5 s before the clients start (an idle baseline) to the end; its latencies are
            reported idle, for the whole load and for the probes that found solves running (`busy` > 0).
-  memory   the server's RSS and thread count (/proc/<pid>/status VmRSS, Threads) every --rss-every requests; the
+  memory   the RSS and thread count of the server and its solve worker processes (/proc/<pid>/status VmRSS,
+           Threads, summed) every --rss-every requests; the
            least-squares slope of RSS over the second half of the run (after warm-up) in MiB per 1,000 requests;
            "no growth trend" only below --growth-threshold.
 Requests in flight at the cap finish (each within its timeout), so the wall time can exceed --duration-s a little.
@@ -145,12 +146,46 @@ def proc_status(pid: int) -> tuple[int, int] | None:
         return None
 
 
-class Server:
-    """`advisor serve` in a subprocess (the same process is uvicorn: one worker, so its pid is the one to sample)."""
+WORKER_MARK = b"spawn_main"
+"""The solve worker processes (advisor/workers.py) are the server's children started by multiprocessing's spawn."""
 
-    def __init__(self, workdir: Path, catalog: Path | None, workers: int, queue_wait_s: float):
+
+def worker_pids(pid: int) -> list[int]:
+    out = []
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                try:
+                    if WORKER_MARK in Path(f"/proc/{child}/cmdline").read_bytes():
+                        out.append(int(child))
+                except OSError:
+                    continue
+    except OSError:
+        pass
+    return sorted(out)
+
+
+def tree_status(pid: int) -> tuple[int, int] | None:
+    """(RSS in KiB, thread count) of the server process plus its solve workers (a CBC process a worker runs for a
+    moment is left out: it is not the server's memory); None when the server cannot be read."""
+    st = proc_status(pid)
+    if st is None:
+        return None
+    kib, threads = st
+    for w in worker_pids(pid):
+        ws = proc_status(w)
+        if ws is not None:
+            kib, threads = kib + ws[0], threads + ws[1]
+    return kib, threads
+
+
+class Server:
+    """`advisor serve` in a subprocess (the same process is uvicorn: one worker, so its pid is the one to sample,
+    with its solve worker processes)."""
+
+    def __init__(self, workdir: Path, catalog: Path | None, workers: int, queue_wait_s: float, solve_in: str):
         self.workdir, self.port = workdir, free_port()
-        self.settings = {"database": str(workdir / "advisor.db"), "workers": workers,
+        self.settings = {"database": str(workdir / "advisor.db"), "workers": workers, "solve_in": solve_in,
                          "time_limit_cap_s": TIME_LIMIT_CAP_S, "queue_wait_s": queue_wait_s,
                          "report_sweep_budget_s": REPORT_SWEEP_BUDGET_S}
         if catalog is not None:
@@ -245,10 +280,10 @@ class Run:
     error_count: int = 0
     backpressure_count: int = 0
     rss: list[tuple[int, int, int]] = field(default_factory=list)
-    """(requests done, RSS KiB, server threads)."""
+    """(requests done, RSS KiB, threads) of the server and its solve workers."""
 
     def sample_rss(self, n: int) -> None:
-        st = proc_status(self.pid)
+        st = tree_status(self.pid)
         if st is not None:
             with self.lock:
                 self.rss.append((n, *st))
@@ -469,6 +504,8 @@ def main() -> int:
     ap.add_argument("--catalog", type=Path, default=None, help="Catalog folder to serve (default: built-in).")
     ap.add_argument("--workers", type=int, default=SERVER_WORKERS, help="Server solve workers (ADVISOR_WORKERS).")
     ap.add_argument("--queue-wait-s", type=float, default=QUEUE_WAIT_S, help="ADVISOR_QUEUE_WAIT_S.")
+    ap.add_argument("--solve-in", choices=("process", "thread"), default="process",
+                    help="ADVISOR_SOLVE_IN: solves in worker processes (default) or server threads.")
     ap.add_argument("--health-interval-s", type=float, default=HEALTH_INTERVAL_S)
     ap.add_argument("--rss-every", type=int, default=RSS_EVERY, help="Sample the server RSS every N requests.")
     ap.add_argument("--growth-threshold", type=float, default=GROWTH_THRESHOLD_MIB_PER_1K,
@@ -483,7 +520,7 @@ def main() -> int:
     label = "builtin" if catalog is None else ("mini" if catalog == (ROOT / "tests/data/mini").resolve() else "custom")
 
     with tempfile.TemporaryDirectory(prefix="bench-load-") as tmp:
-        srv = Server(Path(tmp), catalog, a.workers, a.queue_wait_s)
+        srv = Server(Path(tmp), catalog, a.workers, a.queue_wait_s, a.solve_in)
         print(f"revision {rev} | catalog: {'built-in' if catalog is None else catalog} | "
               f"server: advisor serve on {srv.url}, "
               f"database in {tmp} | settings: " + ", ".join(f"{k}={v}" for k, v in srv.settings.items()
@@ -514,7 +551,7 @@ def main() -> int:
                     last = time.monotonic()
                     print(f"  {last - t0:6.0f} s  {run.done:,} requests  {run.backpressure_count} 429/503  "
                           f"{run.error_count} errors  RSS "
-                          f"{(proc_status(pid) or (0, 0))[0] / KIB_PER_MIB:.0f} MiB", flush=True)
+                          f"{(tree_status(pid) or (0, 0))[0] / KIB_PER_MIB:.0f} MiB", flush=True)
                 if time.monotonic() > run.deadline + REQUEST_TIMEOUT_S:
                     print("clients still busy a request timeout after the cap; stopping without them", flush=True)
                     break
@@ -549,9 +586,9 @@ def main() -> int:
           f"{'met' if busy_p99 is not None and busy_p99 < HEALTH_P99_TARGET_MS else 'MISSED'})")
     trend = mem["trend"] or f"too few samples for a trend (< {MIN_TREND_SAMPLES} in the second half)"
     m = "-" if mem["slope_mib_per_1k"] is None else mem["slope_mib_per_1k"]
-    print(f"server RSS: {mem['start_mib']} MiB at start, {mem['end_mib']} MiB at end, peak {mem['peak_mib']} MiB; "
+    print(f"server + worker RSS: {mem['start_mib']} MiB at start, {mem['end_mib']} MiB at end, peak {mem['peak_mib']} MiB; "
           f"slope over the second half ({mem['second_half_samples']} samples): {m} MiB per "
-          f"1,000 requests (threshold {a.growth_threshold:g}): {trend}; server threads {mem['threads_start']} at "
+          f"1,000 requests (threshold {a.growth_threshold:g}): {trend}; threads {mem['threads_start']} at "
           f"start, {mem['threads_end']} at end, max {mem['threads_max']}")
     print(f"server {'still running' if alive else 'EXITED'} at the end; server log error lines: {len(log_problems)}")
     for line in errors:
