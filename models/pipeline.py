@@ -514,7 +514,9 @@ def evaluate(
                 mva_stations.append(Station(f"cpu:{q.name}", cpu_call_time[q.name],
                                             lambda n, m=m: np.minimum(n, m)))
         if mva_stations:
-            res = exact_mva(mva_stations, mix_time["delay"], n_run)
+            # queue lengths only when agents are given (they set the waits); for the memory-limited population
+            # only its throughput is read, and the marginals of a 100-rack row's population underflow
+            res = exact_mva(mva_stations, mix_time["delay"], n_run, queue_lengths=op.agents is not None)
             x_n = res.throughput
             closed = ClosedLoop(agents=n_run, capped=capped, throughput_tasks_per_hour=x_n * HOUR_S,
                                 mean_task_seconds=n_run / x_n)
