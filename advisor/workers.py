@@ -53,7 +53,7 @@ def _transportable(e: BaseException) -> BaseException:
 
 
 def _worker_main(conn: Connection, catalog_dir: str | None, catalog_blob: bytes | None, nice: int) -> None:
-    if nice:
+    if nice and hasattr(os, "nice"):  # POSIX only
         os.nice(nice)
     import advisor.api  # noqa: F401 - the jobs' request models; imported now, not inside the first job's time
 
