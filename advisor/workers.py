@@ -9,7 +9,8 @@ Each worker is a spawned process (spawn, not fork: the server has threads) that 
 at a time. The pipe protocol, parent to worker: ("run", job_id, fn, args), ("cancel", job_id), ("stop",); worker to
 parent: ("ready",) once, then ("started", job_id) and ("done", job_id, ok, value or exception) per job. A cancel sets the job's
 `CancelToken` (advisor/cancel.py), so the job stops at its next check and its CBC process is killed, exactly as in
-a thread; the worker lives on. A worker that dies (killed, out of memory) is replaced, and its job fails.
+a thread; the worker lives on. A worker that dies (killed, out of memory) is replaced, and its job fails. A worker
+whose server dies sees its pipe close, cancels its job and exits.
 """
 
 from __future__ import annotations
@@ -70,7 +71,10 @@ def _worker_main(conn: Connection, catalog_dir: str | None, catalog_blob: bytes 
         while True:
             try:
                 msg = conn.recv()
-            except (EOFError, OSError):
+            except (EOFError, OSError):  # the server is gone: nobody reads the answer of the running job
+                with lock:
+                    if running["token"] is not None:
+                        running["token"].cancel()
                 jobs.put(None)
                 return
             if msg[0] == "run":

@@ -1,5 +1,5 @@
 """The API's solve worker processes (advisor/workers.py): solves run in niced processes, a worker that dies is
-replaced (its request answers 500, the next one is served), and stopping the server stops its workers."""
+replaced (its request answers 500, the next one is served), and stopping or killing the server stops its workers."""
 
 from __future__ import annotations
 
@@ -127,3 +127,32 @@ def test_a_worker_that_died_while_idle_is_replaced_before_its_next_job(server):
         r = c.post("/v1/optimize", json=QUICK)
         assert r.status_code == 200, server.log()
         assert c.get("/healthz").json()["workers_replaced"] == 1
+
+
+def test_workers_exit_when_their_server_dies(tmp_path):
+    s = Server(tmp_path, workers=1, queue_wait_s=60, report_sweep_budget_s=300, time_limit_cap_s=60).start()
+    try:
+        (worker,) = workers_of(s.proc.pid)
+
+        def post() -> None:
+            try:
+                s.client().post("/v1/reports", json=SLOW_REPORT)
+            except httpx.HTTPError:
+                pass  # the server is killed under it
+
+        t = threading.Thread(target=post, daemon=True)
+        t.start()
+        with s.client() as c:
+            assert wait_for(c, lambda h: h["busy"] == 1)["busy"] == 1
+        base = cpu_ticks(worker)
+        end = time.monotonic() + WAIT_S
+        while cpu_ticks(worker) < base + WORKING_TICKS and time.monotonic() < end:
+            time.sleep(0.05)
+        os.kill(s.proc.pid, signal.SIGKILL)
+        s.proc.wait(timeout=WAIT_S)
+        end = time.monotonic() + WAIT_S
+        while alive(worker) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not alive(worker), "an orphaned worker cancels its job and exits"
+    finally:
+        s.stop()
