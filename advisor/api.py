@@ -26,7 +26,7 @@ from advisor.cancel import CancelToken, Cancelled, cancellable
 from advisor.catalog import builtin_catalog, catalog_refs_only, load_catalog
 from advisor.compare import LayoutComparison
 from advisor.errors import InputError
-from advisor.export import Artifact, ExportSettings
+from advisor.export import ExportSettings
 from advisor.optimize import Objective, OptimizeResult
 from advisor.options import Layout
 from advisor.report import MAX_RACKS, ReportRequest

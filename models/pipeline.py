@@ -37,7 +37,7 @@ from models.queueing import (
 )
 from models.server import ServerProfile, server_profile
 from models.tco import ServerUse, Tco, tco
-from models.workload import CpuStage, DelayStage, GpuStage, Workload
+from models.workload import CpuStage, GpuStage, Workload
 
 HOUR_S = 3600.0
 LABEL_TOLERANCE = 1e-6

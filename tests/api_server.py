@@ -13,6 +13,12 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 MINI = ROOT / "tests" / "data" / "mini"
+SLOW_REPORT = {"workload": "agent", "rack": "r40", "racks": 4, "sensitivity": True,
+               "power_factors": [0.5, 0.6, 0.75, 0.9, 1.0, 1.1, 1.25, 1.4, 1.5],
+               "tool_factors": [0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0],
+               "sweep_budget_s": 300, "sweep_time_limit_s": 30, "time_limit_s": 30}
+"""A report on MINI whose sensitivity sweeps run far longer than any test waits (3 layouts x 18 sweep points on a
+4-rack row; 162 s measured once on this machine): work to cancel or to kill."""
 
 
 def free_port() -> int:

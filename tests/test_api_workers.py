@@ -13,14 +13,9 @@ import httpx
 import pytest
 
 from advisor.settings_api import ApiSettings
-from api_server import Server
+from api_server import SLOW_REPORT, Server
 
 QUICK = {"workload": "agent", "rack": "r40", "explain": False}
-SLOW_REPORT = {"workload": "agent", "rack": "r40", "racks": 4, "sensitivity": True,
-               "power_factors": [0.5, 0.6, 0.75, 0.9, 1.0, 1.1, 1.25, 1.4, 1.5],
-               "tool_factors": [0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0],
-               "sweep_budget_s": 300, "sweep_time_limit_s": 30, "time_limit_s": 30}
-"""A report whose sweeps run far longer than the tests wait (as in tests/test_limits.py)."""
 WAIT_S = 30.0
 
 

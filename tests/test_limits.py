@@ -22,7 +22,7 @@ from advisor.service import evaluate_configuration
 from advisor.simulation.des import SimSettings, build_model, simulate_model
 from advisor.solver.backends import solve
 from advisor.solver.linear import LinearModel
-from api_server import MINI, Server
+from api_server import MINI, SLOW_REPORT, Server
 from models.config import Configuration
 from models.workload import Slo
 
@@ -34,12 +34,6 @@ HONOURED_S = 20.0
 MINI_CONFIG = {"servers": [{"chassis": "gpu4", "cpu": "cpu-a", "gpu": "gpu-x", "gpus_per_server": 4, "count": 2,
                             "orchestration_cores_per_gpu": 1.0},
                            {"chassis": "cpu1u", "cpu": "cpu-b", "count": 4}]}
-SLOW_REPORT = {"workload": "agent", "rack": "r40", "racks": 4, "sensitivity": True,
-               "power_factors": [0.5, 0.6, 0.75, 0.9, 1.0, 1.1, 1.25, 1.4, 1.5],
-               "tool_factors": [0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0],
-               "sweep_budget_s": 300, "sweep_time_limit_s": 30, "time_limit_s": 30}
-"""A report on the mini catalog that takes minutes (162 s measured once on this machine): 3 layouts x 18 sweep points
-on a 4-rack row."""
 
 
 def market_split(m: int = 4, n: int = 40, seed: int = 1) -> LinearModel:
