@@ -7,8 +7,11 @@ Variables (X in tasks per hour):
   w[g]     binary   GPU SKU g is the one in use (only when a sandbox-memory limit makes the SKU matter)
   z[q,s]   binary   tool queue q runs on CPU SKU s (same condition)
   xg[g], xs[q,s] cont. throughput routed through GPU SKU g / through CPU SKU s in queue q
-Groups: power, cooling_air, cooling_liquid, space (per rack), gpu_serving, tool_cores:<q>, slo:<q> (tail-wait
-capacity curve), sandbox_memory:<q>, core_split, sku_choice, capital, required_throughput, gpu_first. docs/model.md states each in math.
+Groups: power, cooling_air, cooling_liquid, space (per rack), gpu_serving, gpu_compute, orchestration, engine_cores
+(the serving engine's host-core floor), tool_cores:<q>, slo:<q> (tail-wait capacity curve), sandbox_memory:<q>,
+core_split, sku_choice, capital, required_throughput, gpu_first. docs/model.md states each in math.
+GPU serving capacity per server counts whole model replicas (models.performance.GpuServing.replicas): each option
+carries its replica shape, so the integer server counts n make the replica counts integer.
 """
 
 from __future__ import annotations
@@ -161,14 +164,15 @@ def throughput_upper_bound(p: Problem) -> float:
     """A valid upper bound on X (tasks/h) for big-M constants: the rack's GPU (or tool) capacity if servers could be
     bought in fractions, times the racks."""
     has_llm = any(isinstance(s, GpuStage) for c in p.workload.classes for s in c.stages)
+    work, *_ = _queue_coeffs(p)
+    # every queue's tool work comes out of the cores there are: X x sum_q W_q <= all cores x speed (racks x knapsack)
+    tool = _knapsack_bound(p, lambda o: o.profile.tool_cores * o.profile.per_core_perf)
+    by_tools = tool * p.racks / sum(work) * HOUR_S * 1.01 if sum(work) > 0 else math.inf
     if has_llm:
         per_rack = _knapsack_bound(p, lambda o: o.profile.gpu_tasks_per_s if o.flexible_orchestration
                                    else o.profile.serving_tasks_per_s)
-        return max(1.0, per_rack * p.racks * HOUR_S * 1.01)
-    work, *_ = _queue_coeffs(p)
-    tool = _knapsack_bound(p, lambda o: o.profile.tool_cores * o.profile.per_core_perf)
-    wmin = min((w for w in work if w > 0), default=1.0)
-    return max(1.0, tool * p.racks / wmin * HOUR_S * 1.01)
+        return max(1.0, min(per_rack * p.racks * HOUR_S * 1.01, by_tools))
+    return max(1.0, by_tools)
 
 
 def build(p: Problem, memory: bool = True) -> Built:
@@ -198,10 +202,15 @@ def build(p: Problem, memory: bool = True) -> Built:
             terms[serve] = -1.0
             m.add(f"gpu_compute_o{i}", "gpu_compute",
                   {serve: 1.0, **{v: -o.profile.gpu_tasks_per_s * HOUR_S for v in count[i]}}, "<=", 0.0)
-            if math.isfinite(o.profile.orchestration_tasks_per_core_s):
+            if math.isfinite(o.profile.orchestration_tasks_per_core_s) or o.profile.engine_min_cores > 0:
                 u[i] = m.var(f"u_o{i}", 0, None)
+            if math.isfinite(o.profile.orchestration_tasks_per_core_s):
                 m.add(f"orchestration_o{i}", "orchestration",
                       {serve: 1.0, u[i]: -o.profile.orchestration_tasks_per_core_s * HOUR_S}, "<=", 0.0)
+            if o.profile.engine_min_cores > 0:
+                # the serving engines' host-core floor per server (replicas x (2 + GPUs per replica) for vLLM)
+                m.add(f"engine_cores_o{i}", "engine_cores",
+                      {u[i]: -1.0, **{v: o.profile.engine_min_cores for v in count[i]}}, "<=", 0.0)
         m.add("gpu_serving", "gpu_serving", terms, "<=", 0.0)
 
     work, mem_g, mem_s, mem_d = _queue_coeffs(p)

@@ -7,7 +7,7 @@ from typing import Literal
 
 from models.catalog import Catalog
 from models.hardware import Rack
-from models.performance import GpuServing, gpu_serving, serving_key, tp_cap
+from models.performance import GpuServing, gpu_serving, replica_domain, serving_key
 from models.server import ServerProfile, server_profile
 from models.tco import CostAssumptions, cpu_joules_per_reference_core_s, gpu_joules_per_task, idle_draw_w
 from models.workload import Workload
@@ -59,7 +59,8 @@ def _dominates(a: ServerOption, b: ServerOption) -> bool:
         return False
     if a.flexible_orchestration:
         serving_ok = (pa.gpu_tasks_per_s >= pb.gpu_tasks_per_s
-                      and pa.orchestration_tasks_per_core_s >= pb.orchestration_tasks_per_core_s)
+                      and pa.orchestration_tasks_per_core_s >= pb.orchestration_tasks_per_core_s
+                      and pa.engine_min_cores <= pb.engine_min_cores)
     else:  # GPU-first ranks raw GPU capacity first, so keep what it would pick
         serving_ok = pa.serving_tasks_per_s >= pb.serving_tasks_per_s and pa.gpu_tasks_per_s >= pb.gpu_tasks_per_s
     return (
@@ -84,6 +85,8 @@ def _dominates_capacity(a: ServerOption, b: ServerOption) -> bool:
     if a.flexible_orchestration:
         benefit = (pa.gpu_tasks_per_s >= pb.gpu_tasks_per_s
                    and pa.cores * pa.per_core_perf >= pb.cores * pb.per_core_perf
+                   and (pa.cores - pa.engine_min_cores) * pa.per_core_perf
+                   >= (pb.cores - pb.engine_min_cores) * pb.per_core_perf
                    and (pa.gpus == 0) == (pb.gpus == 0))
     else:
         benefit = (pa.serving_tasks_per_s >= pb.serving_tasks_per_s and pa.gpu_tasks_per_s >= pb.gpu_tasks_per_s
@@ -169,17 +172,20 @@ def enumerate_options(
                     skey = None
                     serving = None
                     if gpu is not None:
-                        cap = tp_cap(n, ch.scale_up_domain_gpus, tp_domain_gpus)
-                        skey = serving_key(gpu.id, cap)
+                        domain = replica_domain(n, ch.scale_up_domain_gpus)
+                        skey = serving_key(gpu.id, domain)
                         if skey not in servings:
-                            servings[skey] = gpu_serving(workload, gpu, cap)
+                            servings[skey] = gpu_serving(workload, gpu, domain, tp_domain_gpus)
                         serving = servings[skey]
                         if not serving.fits:
                             continue
                     fixed = gpu is not None and layout == "a"
-                    oc = layout_a_orchestration if fixed else 0.0
+                    # layout A's fixed reservation, never below the serving engine's floor for the replicas
+                    oc = max(layout_a_orchestration, serving.engine_cores(n) / n) if fixed else 0.0
                     if oc * n > ch.cpu_sockets * cpu.cores:
                         continue
+                    if serving is not None and serving.engine_cores(n) > ch.cpu_sockets * cpu.cores:
+                        continue  # its cores cannot hold the serving engines' floor
                     p = server_profile(ch, cpu, gpu, n, oc, workload, serving, os_reserved_memory_gb, skey, costs)
                     if not _fits_empty_rack(p, rack):
                         continue

@@ -701,9 +701,9 @@ def risks(res: OptimizeResult, cmp: LayoutComparison, sweeps: dict, sources: lis
         elif ev.bottleneck_kind in ("gpu", "orchestration"):
             out.append(f"The bottleneck is {ev.bottleneck}: serving rates (tokens per call, batching) decide the "
                        "throughput; verify them in the pilot.")
-        for sku, s in ev.serving.items():
-            if not s.get("calibrated"):
-                out.append(f"GPU {sku}: serving rate is a roofline estimate ({s.get('basis')}), not a measurement.")
+        for s in ev.serving:
+            if not s.calibrated:
+                out.append(f"GPU {s.key}: serving rate is a roofline estimate ({s.basis}), not a measurement.")
         if ev.slo_met is False:
             out.append("The p95 task-time target is missed at the operating point.")
         out += [f"Model warning: {x}" for x in ev.warnings]

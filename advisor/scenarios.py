@@ -255,7 +255,7 @@ def unloaded_task_time(workload: Workload, gpu, tp_domain_gpus: int) -> TaskTime
     """Share-weighted unloaded task time split into GPU, tool (reference-core) and delay seconds."""
     serving = gpu_serving(workload, gpu, tp_domain_gpus)
     if not serving.fits:
-        raise InputError(f"tool_share: the served model does not fit on reference GPU {gpu.id}")
+        raise InputError(f"tool_share: reference GPU {gpu.id} hosts no replica: {serving.reason}")
     g = c_ = d = 0.0
     for cls in workload.classes:
         for s in cls.stages:

@@ -71,12 +71,9 @@ def make_config(cat, hw: tuple, workload, ratio) -> dict | None:
         gpu_b = next(b.tasks_per_hour for b in ev.bounds if b.name == "gpu")
         orch_b = next(b.tasks_per_hour for b in ev.bounds if b.name == "orchestration")
         orch_per_gpu = round(orch_per_gpu * 0.7 * gpu_b / orch_b, 4)
-    sv = next(iter(ev.serving.values()))
-    if not all(s.get("tp_degree") for s in ev.serving.values()):
-        return None
-    count = max(1, int(sv["tp_degree"]) // gsrv["gpus_per_server"])
-    if any("does not fit" in w for w in ev.warnings):
-        return None
+    if not ev.serving or any(sv.replicas == 0 for sv in ev.serving):
+        return None  # the server hosts no replica of the model (replicas never span servers)
+    count = 1
     gpu_x = next(b.tasks_per_hour for b in ev.bounds if b.name == "gpu") * count / 3600.0
     chassis = cat.chassis[gsrv["chassis"]]
     host_cores = chassis.cpu_sockets * cat.cpus[gsrv["cpu"]].cores - orch_per_gpu * gsrv["gpus_per_server"]

@@ -26,7 +26,8 @@ from models.base import Frozen, Unbounded
 from models.catalog import Catalog, UnknownId
 from models.config import SHARED_QUEUE, Configuration, Queue
 from models.hardware import Rack
-from models.performance import GpuServing, call_mix, cpu_call_seconds, gpu_serving, serving_key, stage_gpu_latency_s, tp_cap
+from models.performance import (GpuServing, call_mix, cpu_call_seconds, gpu_serving, replica_domain, serving_key,
+                                stage_gpu_latency_s)
 from models.queueing import (
     Station,
     birth_death_mean_number,
@@ -109,6 +110,57 @@ class QueueFigures(Frozen):
     sandbox_memory_gb: float
 
 
+class ServingPool(Frozen):
+    """One replica pool: the servers whose GPUs run the same replica shape of one GPU SKU."""
+
+    key: str
+    """Pool id: GPU SKU and scale-up domain size (`<gpu>@d<GPUs>`)."""
+    gpu: str
+    """GPU SKU id."""
+    domain_gpus: int
+    """GPUs of one scale-up domain (the server's GPUs, or the chassis' smaller fabric)."""
+    replicas: int
+    """Whole model replicas the pool hosts."""
+    tp_degree: int
+    """Tensor-parallel GPUs per replica."""
+    pp_degree: int
+    """Pipeline-parallel stages per replica."""
+    gpus_used: int
+    """GPUs inside replicas: replicas x tp_degree x pp_degree."""
+    gpus_idle: int
+    """GPUs of the pool hosting no replica (they add no capacity)."""
+    hbm_gb_per_replica: float
+    """HBM of one replica's GPUs (raw)."""
+    weights_gb: float
+    """Model weights held by each replica."""
+    kv_gb_per_replica: float
+    """Usable HBM left for KV cache per replica (engine usable fraction x HBM - weights)."""
+    kv_gb_per_call: float
+    """KV cache of one call at the workload's mean context."""
+    min_batch: int
+    """Calls whose KV cache a replica must hold to count (the served model's `min_batch_per_replica`)."""
+    max_batch: int
+    """Concurrent calls per replica: min(engine max batch, KV room / KV per call)."""
+    engine_cores_per_replica: float
+    """Floor on host cores the serving engine needs per replica."""
+    call_latency_s: float
+    """L0: one call alone on a replica."""
+    call_replica_s: float
+    """d: replica-seconds per call at full batch."""
+    prefill_tokens_per_s: float
+    """Per GPU, at full batch."""
+    decode_tokens_per_s: float
+    """Per GPU, at full batch."""
+    precision: str
+    """Precision the model is served at (calibrations at another precision are not used)."""
+    calibrated: bool
+    """True when the rates come from a measurement at the served precision, False for the roofline fallback."""
+    basis: str
+    """Where the rates come from."""
+    reason: str = ""
+    """Why the pool hosts no replica (empty when it hosts some)."""
+
+
 class ClosedLoop(Frozen):
     agents: int
     capped: bool
@@ -166,8 +218,8 @@ class Evaluation(Frozen):
     within_budgets: bool
     gpus: int
     cores: int
-    serving: dict[str, dict[str, float | int | str | bool]] = Field(default_factory=dict)
-    """Per GPU SKU: tensor-parallel degree, batch limit, call latency, rates and their basis."""
+    serving: list[ServingPool] = Field(default_factory=list)
+    """One entry per replica pool: replica shape, whole replicas, GPUs used and idle, HBM, KV cache and batch."""
     tco: Tco | None = None
     """Cost and energy at the operating point (capped at sustainable throughput)."""
     warnings: list[str] = Field(default_factory=list)
@@ -228,10 +280,10 @@ def resolve_groups(
                 raise ValueError(
                     f"{where}.gpus_per_server: {g.gpus_per_server} not in chassis {chassis.id} options {chassis.gpu_counts}"
                 )
-            cap = tp_cap(g.gpus_per_server, chassis.scale_up_domain_gpus, assumptions.tensor_parallel_domain_gpus)
-            skey = serving_key(gpu.id, cap)
+            domain = replica_domain(g.gpus_per_server, chassis.scale_up_domain_gpus)
+            skey = serving_key(gpu.id, domain)
             if skey not in servings:
-                servings[skey] = gpu_serving(workload, gpu, cap)
+                servings[skey] = gpu_serving(workload, gpu, domain, assumptions.tensor_parallel_domain_gpus)
         elif chassis.role == "gpu":
             raise ValueError(f"{where}: chassis {chassis.id} is a GPU server; give gpu and gpus_per_server")
         try:
@@ -308,15 +360,34 @@ def evaluate(
     cap_by_sku: dict[str, float] = defaultdict(float)
     compute_by_sku: dict[str, float] = defaultdict(float)
     gpus_by_sku: dict[str, float] = defaultdict(float)
+    replicas_by_sku: dict[str, int] = defaultdict(int)
     for g in groups:
         if g.profile.gpu is not None:
             cap_by_sku[g.profile.serving_key] += g.count * g.profile.serving_tasks_per_s
             compute_by_sku[g.profile.serving_key] += g.count * g.profile.gpu_tasks_per_s
             gpus_by_sku[g.profile.serving_key] += g.count * g.profile.gpus
+            replicas_by_sku[g.profile.serving_key] += g.count * g.profile.replicas
     route = {k: (v / serving_cap if serving_cap > 0 else 1.0 / len(cap_by_sku)) for k, v in cap_by_sku.items()}
-    for sku, s in servings.items():
-        if not s.fits:
-            warnings.append(f"{sku}: the served model does not fit in {64} GPUs of this SKU")
+    if has_llm:
+        for sku, s in servings.items():
+            idle = int(gpus_by_sku[sku]) - replicas_by_sku[sku] * s.replica_gpus
+            if not s.fits:
+                warnings.append(f"{sku}: hosts no replica, its {int(gpus_by_sku[sku])} GPUs serve nothing: {s.reason}")
+            elif idle > 0:
+                warnings.append(f"{sku}: {idle} of {int(gpus_by_sku[sku])} GPUs host no replica (replicas of "
+                                f"{s.replica_gpus} GPUs: TP {s.tp_degree} x PP {s.pp_degree}) and add no capacity")
+        for g in groups:
+            pr = g.profile
+            if pr.gpu is not None and pr.replicas and pr.orchestration_cores < pr.engine_min_cores - 1e-9:
+                warnings.append(
+                    f"servers[{g.index}]: {pr.orchestration_cores:g} host cores reserved for the serving engine, "
+                    f"below its floor of {pr.engine_min_cores:g} ({pr.replicas} replica(s) x "
+                    f"{servings[pr.serving_key].engine_cores_per_replica:g} cores: "
+                    f"{workload.served_model.engine_host_cores_per_replica:g} + "
+                    f"{workload.served_model.engine_host_cores_per_gpu:g} per GPU)")
+        if serving_cap <= 0 and gpus_by_sku and all(not s.fits for s in servings.values()):
+            warnings.append(f"no GPU in the configuration can host a replica of {workload.served_model.name}: "
+                            "the configuration serves nothing")
 
     def stage_latency(stage: GpuStage) -> float:
         if not servings:
@@ -373,8 +444,9 @@ def evaluate(
             serving_name = "gpu+orchestration"
         bounds.append(Bound(
             name="gpu", kind="gpu", tasks_per_hour=gpu_compute * HOUR_S,
-            detail=(f"{int(sum(gpus_by_sku.values()))} GPUs; " + ", ".join(
-                f"{k}: {compute_by_sku[k] * HOUR_S:,.0f} tasks/h" for k in compute_by_sku))
+            detail=(f"{int(sum(gpus_by_sku.values()))} GPUs, {sum(replicas_by_sku.values())} replicas; " + ", ".join(
+                f"{k}: {replicas_by_sku[k]} x {servings[k].replica_gpus} GPUs, {compute_by_sku[k] * HOUR_S:,.0f} "
+                "tasks/h" for k in compute_by_sku))
             if compute_by_sku else "no GPUs in the configuration",
         ))
         bounds.append(Bound(
@@ -473,7 +545,7 @@ def evaluate(
         total = np.zeros_like(np.asarray(n, dtype=float))
         for sku, s in servings.items():
             theta = cap_by_sku[sku] / compute_by_sku[sku] if compute_by_sku[sku] > 0 else 0.0
-            total = total + theta * s.pool_rate(np.asarray(n, dtype=float) * route[sku], gpus_by_sku[sku])
+            total = total + theta * s.pool_rate(np.asarray(n, dtype=float) * route[sku], replicas_by_sku[sku])
         return total
 
     closed: ClosedLoop | None = None
@@ -667,13 +739,20 @@ def evaluate(
         for e in ru.exceeded:
             warnings.append(f"rack {ru.rack} exceeds {e}")
 
-    serving_info = {
-        sku: {"tp_degree": s.tp_degree, "batch_limit": s.batch_limit, "call_latency_s": s.call_latency_s,
-              "call_replica_s": s.call_replica_s, "prefill_tokens_per_s": s.rates.prefill_tokens_per_s,
-              "decode_tokens_per_s": s.rates.decode_tokens_per_s, "calibrated": s.rates.calibrated,
-              "basis": s.rates.basis}
-        for sku, s in servings.items()
-    }
+    serving_info = [
+        ServingPool(
+            key=sku, gpu=s.gpu_id, domain_gpus=s.domain_gpus, replicas=replicas_by_sku[sku], tp_degree=s.tp_degree,
+            pp_degree=s.pp_degree, gpus_used=replicas_by_sku[sku] * s.replica_gpus,
+            gpus_idle=int(gpus_by_sku[sku]) - replicas_by_sku[sku] * s.replica_gpus,
+            hbm_gb_per_replica=s.hbm_gb_per_replica, weights_gb=s.weights_gb, kv_gb_per_replica=s.kv_gb_per_replica,
+            kv_gb_per_call=s.kv_gb_per_call, min_batch=workload.served_model.min_batch_per_replica,
+            max_batch=s.batch_limit if s.fits else 0, engine_cores_per_replica=s.engine_cores_per_replica,
+            call_latency_s=s.call_latency_s, call_replica_s=s.call_replica_s,
+            prefill_tokens_per_s=s.rates.prefill_tokens_per_s, decode_tokens_per_s=s.rates.decode_tokens_per_s,
+            precision=workload.served_model.precision, calibrated=s.rates.calibrated, basis=s.rates.basis,
+            reason=s.reason)
+        for sku, s in sorted(servings.items())
+    ]
     return Evaluation(
         configuration=config.name, workload=workload.id, rack_profile=rack.id,
         throughput_tasks_per_hour=binding.tasks_per_hour, bottleneck=binding.name, bottleneck_kind=binding.kind,

@@ -47,29 +47,31 @@ def erlang_c(servers: int, offered_load: float) -> float:
 def mmc_wait_quantile(servers: int, arrival_rate: float, service_time: float, q: float) -> float:
     """q-quantile of the waiting time in M/M/c: P(W > t) = C exp(-(c mu - lambda) t). Infinite if unstable."""
     a = arrival_rate * service_time
-    if servers <= 0 or a >= servers:
+    r = servers / service_time - arrival_rate
+    if servers <= 0 or a >= servers or r <= 0:
         return math.inf
     c = erlang_c(servers, a)
     tail = 1.0 - q
     if c <= tail:
         return 0.0
-    return math.log(c / tail) / (servers / service_time - arrival_rate)
+    return math.log(c / tail) / r
 
 
 def mmc_mean_wait(servers: int, arrival_rate: float, service_time: float) -> float:
     """Mean wait in queue for M/M/c: C / (c mu - lambda)."""
     a = arrival_rate * service_time
-    if servers <= 0 or a >= servers:
+    r = servers / service_time - arrival_rate
+    if servers <= 0 or a >= servers or r <= 0:  # r <= 0 with a < c: rounding at the stability edge
         return math.inf
-    return erlang_c(servers, a) / (servers / service_time - arrival_rate)
+    return erlang_c(servers, a) / r
 
 
 def mmc_wait_second_moment(servers: int, arrival_rate: float, service_time: float) -> float:
     """E[W^2] for M/M/c: the wait is 0 w.p. 1-C, else exponential with rate c mu - lambda, so 2C/(c mu - lambda)^2."""
     a = arrival_rate * service_time
-    if servers <= 0 or a >= servers:
-        return math.inf
     r = servers / service_time - arrival_rate
+    if servers <= 0 or a >= servers or r <= 0:
+        return math.inf
     return 2.0 * erlang_c(servers, a) / (r * r)
 
 

@@ -43,7 +43,12 @@ class ServerProfile:
     price_usd: float | None
     """Capital cost: chassis + CPUs + GPUs + host memory (`models.tco.server_price`); None when a part is unpriced."""
     serving_key: str | None = None
-    """Which GPU serving setup (SKU and tensor-parallel cap) this server's GPUs run."""
+    """Which GPU serving setup (SKU and scale-up domain) this server's GPUs run."""
+    replicas: int = 0
+    """Whole model replicas this server's GPUs host (0 for CPU-only servers or when none fits)."""
+    engine_min_cores: float = 0.0
+    """Floor on host cores the serving engines of those replicas need (per replica: the served model's
+    engine_host_cores_per_replica + engine_host_cores_per_gpu x GPUs of the replica)."""
 
     @property
     def serving_tasks_per_s(self) -> float:
@@ -81,8 +86,12 @@ def server_profile(
     orch_tps = 0.0
     per_task = call_mix(workload).orchestration_core_s_per_task
     per_core = math.inf if per_task == 0 else cpu.per_core_perf / per_task
+    replicas = 0
+    engine_min = 0.0
     if gpu is not None and serving is not None:
-        gpu_tps = gpus * serving.tasks_per_s_per_gpu()
+        replicas = serving.replicas(gpus)
+        engine_min = serving.engine_cores(gpus)
+        gpu_tps = serving.tasks_per_s(gpus) if replicas else 0.0
         orch_tps = math.inf if per_task == 0 else orch * per_core
     price, _ = server_price(chassis, cpu, gpu, gpus, costs or CostAssumptions())
     return ServerProfile(
@@ -105,4 +114,6 @@ def server_profile(
         sandbox_memory_gb=max(0.0, chassis.memory_gb - os_reserved_memory_gb),
         price_usd=price,
         serving_key=serving_key,
+        replicas=replicas,
+        engine_min_cores=engine_min,
     )

@@ -19,6 +19,9 @@ class GpuCalibration(Input):
     """Input tokens processed per second per GPU at full batch."""
     decode_tokens_per_s: float = Field(gt=0)
     """Output tokens generated per second per GPU at full batch."""
+    precision: Literal["fp4", "fp8", "bf16"]
+    """Weight precision of the measured run (e.g. `fp4` for NVFP4/MXFP4 MLPerf rows). A calibration is used only when
+    it matches the served model's `precision`, so an FP4 run never stands in for an FP8 deployment."""
     source: str
     """Benchmark the figure comes from (MLPerf round, vendor result) and any derivation."""
 
@@ -37,9 +40,10 @@ class ServedModel(Sourced):
     kv_bytes_per_token: float = Field(gt=0)
     """KV-cache bytes held per token of context."""
     precision: Literal["fp8", "bf16"] = "fp8"
-    """Arithmetic precision used for the roofline fallback."""
+    """Precision the model is served at: calibrations measured at another precision are not used, and the roofline
+    fallback reads this precision's dense TFLOPS."""
     calibrations: list[GpuCalibration] = Field(default_factory=list)
-    """Measured per-GPU throughput; GPUs without one use the roofline fallback."""
+    """Measured per-GPU throughput; GPUs without one at the served precision use the roofline fallback."""
     prefill_mfu: float = Field(gt=0, le=1)
     """Roofline fallback: fraction of dense peak FLOPS reached in prefill."""
     decode_mfu: float = Field(gt=0, le=1)
@@ -52,6 +56,18 @@ class ServedModel(Sourced):
     """Fraction of GPU memory the serving engine may use for weights and KV cache."""
     max_batch_per_replica: int = Field(gt=0)
     """Engine cap on concurrent sequences per model replica."""
+    min_batch_per_replica: int = Field(default=1, gt=0)
+    """Smallest batch a replica must be able to hold: a tensor/pipeline-parallel group of GPUs counts as a replica
+    only if its usable HBM holds the weights plus the KV cache of this many calls of the workload's mean context.
+    Default 1 (the weights and one call); the built-in entries give their basis."""
+    max_pipeline_parallel: int = Field(default=1, gt=0)
+    """Most pipeline-parallel stages one replica may use (inside one scale-up domain); 1 = tensor parallel only."""
+    engine_host_cores_per_replica: float = Field(default=2.0, ge=0)
+    """Floor on host physical cores the serving engine needs per replica besides one per GPU. Default 2: vLLM's
+    "the minimum is 2 + N physical cores (1 for the API server, 1 for the engine core, and 1 per GPU worker)"
+    (vLLM docs, configuration/optimization.md, "CPU Resources for GPU Deployments")."""
+    engine_host_cores_per_gpu: float = Field(default=1.0, ge=0)
+    """Floor on host physical cores per GPU of a replica (the GPU worker process); default 1, same vLLM source."""
     orchestration_core_seconds_per_call: float = Field(ge=0)
     """Reference-core seconds of host CPU per LLM call (tokenize, schedule, detokenize, API)."""
     orchestration_core_seconds_per_1k_output_tokens: float = Field(ge=0)
@@ -61,9 +77,12 @@ class ServedModel(Sourced):
     def _sane(self) -> "ServedModel":
         if self.active_params_b > self.total_params_b:
             raise ValueError("active_params_b cannot exceed total_params_b")
-        gpus = [c.gpu for c in self.calibrations]
-        if len(gpus) != len(set(gpus)):
-            raise ValueError("one calibration per GPU SKU")
+        keys = [(c.gpu, c.precision) for c in self.calibrations]
+        if len(keys) != len(set(keys)):
+            raise ValueError("one calibration per GPU SKU and precision")
+        if self.min_batch_per_replica > self.max_batch_per_replica:
+            raise ValueError(f"min_batch_per_replica ({self.min_batch_per_replica}) exceeds max_batch_per_replica "
+                             f"({self.max_batch_per_replica})")
         return self
 
 

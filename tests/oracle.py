@@ -18,6 +18,10 @@ Each unit of serving from option o costs perf_o / k_o units of tool capacity, so
 buy serving from the cheapest options first until the tool constraint meets the serving one
 (`continuous_optimum`, exact). `continuous_optimum_lp` solves the same LP with scipy's HiGHS as a cross-check.
 
+Flexible options also reserve the serving engine's host-core floor F_o N_o (u_o >= F_o N_o): those cores leave
+the tools whatever is served and give min(G, k F) serving for free. Replica counts enter through G_o (whole
+replicas per server, the option's replica shape), so enumerating integer server counts enumerates integer replicas.
+
 Only ServerProfile figures and `enumerate_options(..., prune=False)` (the candidate list) are taken from the
 package; budgets, enumeration and the continuous optimum are computed here.
 """
@@ -56,7 +60,8 @@ def has_llm(workload: Workload) -> bool:
 
 
 def _split(options: list[ServerOption], counts: tuple[int, ...] | list[int]):
-    """(fixed serving tasks/s, fixed tool capacity, flexible [(gpu cap tasks/s, orch tasks/s/core, cores, perf)])."""
+    """(fixed serving tasks/s, fixed tool capacity, flexible [(gpu cap tasks/s, orch tasks/s/core, cores, perf,
+    engine floor cores)])."""
     s_fixed = 0.0
     t_fixed = 0.0
     flex = []
@@ -65,7 +70,8 @@ def _split(options: list[ServerOption], counts: tuple[int, ...] | list[int]):
             continue
         p = o.profile
         if o.flexible_orchestration:
-            flex.append((p.gpu_tasks_per_s * n, p.orchestration_tasks_per_core_s, p.cores * n, p.per_core_perf))
+            flex.append((p.gpu_tasks_per_s * n, p.orchestration_tasks_per_core_s, p.cores * n, p.per_core_perf,
+                         p.engine_min_cores * n))
         else:
             s_fixed += p.serving_tasks_per_s * n
             t_fixed += p.tool_cores * n * p.per_core_perf
@@ -77,17 +83,22 @@ def continuous_optimum(options: list[ServerOption], counts, workload: Workload) 
     w = tool_work_per_task(workload)
     llm = has_llm(workload)
     s_fixed, t_fixed, flex = _split(options, counts)
-    tools_all = t_fixed + sum(c * perf for _, _, c, perf in flex)  # every flexible core on tools
     if not llm:
+        tools_all = t_fixed + sum(c * perf for _, _, c, perf, _ in flex)  # every flexible core on tools
         return tools_all / w if w > 0 else 0.0
-    # serving bought from option o: at most min(G, k C); each task/s of it costs perf / k tool capacity
+    # the engine's floor cores F are reserved whatever is served: they leave the tools, and serve min(G, k F) free
+    tools_all = t_fixed + sum((c - (f if g > 0 else 0.0)) * perf for g, _, c, perf, f in flex)
+    # serving bought beyond that from option o: up to min(G, k C); each task/s of it costs perf / k tool capacity
     items = []
-    for g, k, c, perf in flex:
+    for g, k, c, perf, f in flex:
         if g <= 0:
             continue
-        cap = g if math.isinf(k) else min(g, k * c)
-        cost = 0.0 if math.isinf(k) else perf / k
-        items.append((cost, cap))
+        if math.isinf(k):
+            items.append((0.0, g))
+            continue
+        free = min(g, k * f)
+        items.append((0.0, free))
+        items.append((perf / k, min(g, k * c) - free))
     if w == 0:
         return s_fixed + sum(cap for _, cap in items)
     if tools_all / w <= s_fixed:
@@ -118,14 +129,14 @@ def continuous_optimum_lp(options: list[ServerOption], counts, workload: Workloa
     cobj = np.zeros(nv)
     cobj[0] = -1.0
     a_ub, b_ub = [], []
-    bounds = [(0, None)] + [(0, None)] * nf + [(0, c) for _, _, c, _ in flex]
+    bounds = [(0, None)] + [(0, None)] * nf + [(f if g > 0 and llm else 0.0, c) for g, _, c, _, f in flex]
     if llm:
         row = np.zeros(nv)
         row[0] = 1.0
         row[1:1 + nf] = -1.0
         a_ub.append(row)
         b_ub.append(s_fixed)
-        for j, (g, k, c, perf) in enumerate(flex):
+        for j, (g, k, c, perf, _f) in enumerate(flex):
             row = np.zeros(nv)
             row[1 + j] = 1.0
             a_ub.append(row)
@@ -139,10 +150,10 @@ def continuous_optimum_lp(options: list[ServerOption], counts, workload: Workloa
     if w > 0:
         row = np.zeros(nv)
         row[0] = w
-        for j, (g, k, c, perf) in enumerate(flex):
+        for j, (g, k, c, perf, _f) in enumerate(flex):
             row[1 + nf + j] = perf if llm else 0.0
         a_ub.append(row)
-        b_ub.append(t_fixed + sum(c * perf for _, _, c, perf in flex))
+        b_ub.append(t_fixed + sum(c * perf for _, _, c, perf, _f in flex))
     res = linprog(cobj, A_ub=np.array(a_ub), b_ub=np.array(b_ub), bounds=bounds, method="highs")
     assert res.status == 0, res.message
     return float(res.x[0])
@@ -280,6 +291,10 @@ def _random_workload(rng: random.Random, base: Workload, llm: bool) -> Workload:
         orchestration_core_seconds_per_call=0.0 if no_orch else rng.uniform(0.005, 0.3),
         orchestration_core_seconds_per_1k_output_tokens=0.0 if no_orch else rng.uniform(0.0, 2.0),
         max_batch_per_replica=rng.choice([16, 64, 256]),
+        min_batch_per_replica=rng.choice([1, 4, 16]),
+        max_pipeline_parallel=rng.choice([1, 1, 2]),
+        engine_host_cores_per_replica=rng.choice([0.0, 2.0, 6.0]),
+        engine_host_cores_per_gpu=rng.choice([0.0, 1.0, 2.5]),
         decode_mfu=rng.uniform(0.05, 0.3), prefill_mfu=rng.uniform(0.3, 0.7),
     )
     k = rng.choice([1, 1, 2, 3])
@@ -330,7 +345,8 @@ def random_instance(seed: int, max_options: int = 5, max_vectors: int = 20000, r
                                        default_cpu=rng.choice(cpus).id, price_usd=rng.uniform(5000, 60000))
             if ch.role == "gpu":
                 upd["max_gpu_tdp_w"] = rng.choice([700.0, 1000.0, 1200.0])
-                upd["gpu_counts"] = sorted(rng.sample([1, 2, 4, 8], rng.choice([1, 1, 2])))
+                # odd counts leave GPUs that host no replica (replicas are whole tp x pp groups in one server)
+                upd["gpu_counts"] = sorted(rng.sample([1, 2, 3, 4, 6, 8], rng.choice([1, 1, 2])))
                 upd["height_u"] = rng.choice([2, 4, 8])
                 if liquid_rack and rng.random() < 0.6:
                     upd["cooling"] = "liquid"

@@ -104,7 +104,8 @@ def test_oracle_continuous_part_by_hand():
     gpu = next(o for o in opts if o.flexible_orchestration)
     cpu = next(o for o in opts if not o.profile.gpus)
     # one GPU server: GPU cap 10 tasks/s, 2 tasks/s per orchestration core, 3120 cores of perf 1.
-    g = _opt_with(gpu, gpu_tasks_per_s=10.0, orchestration_tasks_per_core_s=2.0, cores=3120, per_core_perf=1.0)
+    g = _opt_with(gpu, gpu_tasks_per_s=10.0, orchestration_tasks_per_core_s=2.0, cores=3120, per_core_perf=1.0,
+                  engine_min_cores=0.0)
     # X <= min(10, 2u), 312 X <= 3120 - u: u = 5 gives X = 10 and 3115 >= 3120 cores' need -> tools bind first:
     # 312 X = 3120 - X/2 -> X = 3120 / 312.5 = 9.984
     assert continuous_optimum([g], [1], wl) == pytest.approx(3120 / 312.5)
@@ -127,6 +128,11 @@ def test_oracle_continuous_part_by_hand():
     assert continuous_optimum([g, c], [0, 3], wl) == 0.0
     # two servers of the GPU option double every figure
     assert continuous_optimum([g], [2], wl) == pytest.approx(2 * 3120 / 312.5)
+    # an engine floor of 20 cores: they leave the tools whatever is served and drive 2 x 20 = 40 >= 10 tasks/s of
+    # serving, so 312 X <= 3100 -> X = 9.936 (less than the 9.984 without the floor, which needed only 5 cores)
+    gf = _opt_with(g, engine_min_cores=20.0)
+    assert continuous_optimum([gf], [1], wl) == pytest.approx(3100 / 312)
+    assert continuous_optimum_lp([gf], [1], wl) == pytest.approx(3100 / 312)
 
 
 @pytest.mark.parametrize("i", range(30))
@@ -188,10 +194,11 @@ def test_optimum_matches_oracle_two_racks(i):
     _check_against_oracle(5000 + i, "hybrid", racks=2)
 
 
-ROW_BEATS_COPIES = [(7001, 2), (7001, 3), (7002, 2), (7002, 3), (7004, 2), (7004, 3), (7005, 3), (7006, 2),
-                    (7006, 3), (7007, 2), (7007, 3), (7011, 2), (7011, 3), (7012, 2), (7012, 3), (7014, 3)]
+ROW_BEATS_COPIES = [(7000, 2), (7000, 3), (7002, 2), (7002, 3), (7005, 2), (7005, 3), (7007, 2), (7007, 3),
+                    (7012, 3), (7013, 2), (7013, 3), (7014, 2), (7014, 3), (7016, 2), (7016, 3), (7017, 2)]
 """(seed, racks) of random instances whose row optimum exceeds racks x the best single rack (found by scanning
-seeds 7000-7014 with the oracle): racks of different kinds, e.g. CPU-only nodes in one rack serving another's GPUs."""
+seeds 7000-7017 with the oracle after the instances gained replica shapes and engine floors): racks of different
+kinds, e.g. CPU-only nodes in one rack serving another's GPUs."""
 
 
 @pytest.mark.parametrize("seed,racks", ROW_BEATS_COPIES)

@@ -118,14 +118,19 @@ def test_gpu_bound_hand_value(base_eval):
     s = hand_gpu_serving()
     # k = 2: batch 21, 0.151 tasks/s/GPU; k = 4: batch 62, 0.249; k = 8: batch 146, 0.308 -> TP 8.
     assert s["k"] == 8 and s["batch"] == 146
-    # one serving setup: gpu-x with the tensor-parallel cap of an 8-GPU server
-    assert list(base_eval.serving) == [serving_key("gpu-x", 8)]
-    info = base_eval.serving[serving_key("gpu-x", 8)]
-    assert info["tp_degree"] == 8
-    assert info["batch_limit"] == 146
-    assert info["calibrated"] is True
-    assert info["call_latency_s"] == pytest.approx(s["l0"], rel=1e-12)
-    assert info["call_replica_s"] == pytest.approx(s["d"], rel=1e-12)
+    # one replica pool: gpu-x in the 8-GPU scale-up domain of one server, one TP 8 replica
+    assert [p.key for p in base_eval.serving] == [serving_key("gpu-x", 8)]
+    info = base_eval.serving[0]
+    assert (info.gpu, info.tp_degree, info.pp_degree, info.replicas) == ("gpu-x", 8, 1, 1)
+    assert (info.gpus_used, info.gpus_idle) == (8, 0)
+    assert info.max_batch == 146
+    assert info.hbm_gb_per_replica == pytest.approx(8 * 80)
+    assert info.weights_gb == pytest.approx(70)
+    assert info.kv_gb_per_replica == pytest.approx(8 * 80 * 0.9 - 70)
+    assert info.engine_cores_per_replica == 2 + 8  # vLLM's 2 + N floor (the served model's defaults)
+    assert info.calibrated is True
+    assert info.call_latency_s == pytest.approx(s["l0"], rel=1e-12)
+    assert info.call_replica_s == pytest.approx(s["d"], rel=1e-12)
     assert bound(base_eval, "gpu") == pytest.approx(8 * s["per_gpu_tasks"] * 3600, rel=1e-12)
 
 

@@ -15,7 +15,7 @@ Tasks
     in place. Order does not enter the closed form; it only makes traces realistic.
 
 GPU pool
-    Replicas = GPUs / tp_degree per SKU. A replica holding b calls serves each at rate 1 / (L0 + (b - 1) d) units of
+    Whole replicas per SKU, as the closed form counts them (`ServerProfile.replicas`). A replica holding b calls serves each at rate 1 / (L0 + (b - 1) d) units of
     work per second (processor sharing), so it completes b / (L0 + (b - 1) d) unit calls per second, as
     `GpuServing.replica_rate`. At most `batch_limit` calls per replica; beyond that calls wait in one FIFO for the
     pool. A call joins the replica where it would progress fastest now, (L0 + b d) / speed, i.e. the least-loaded
@@ -25,8 +25,7 @@ GPU pool
     Orchestration cores: when a SKU's orchestration capacity is below its GPU capacity, the closed form scales that
     SKU's pool rate by theta = serving capacity / GPU capacity (models/pipeline.py `gpu_rate`); the simulator
     multiplies every replica's speed of that SKU by the same theta (orchestration is not queued separately).
-    A fractional replica count (GPUs not a multiple of tp_degree) becomes floor(replicas) replicas (at least one)
-    sped up by replicas / floor(replicas), keeping the pool's capacity equal to the closed form's.
+    GPUs hosting no replica are not simulated (the closed form gives them no capacity).
 
 Tool queues
     Each queue is floor(cores / mean parallelism) call slots served FIFO (mean parallelism weighted by core-time,
@@ -188,14 +187,16 @@ def build_model(config: Configuration, workload: Workload, catalog: Catalog,
     cap: dict[str, float] = {}
     comp: dict[str, float] = {}
     gpus: dict[str, float] = {}
+    reps: dict[str, int] = {}
     for g in groups:
         if g.profile.gpu is not None:
-            # The closed form keys GPU servings by SKU (and, in newer versions, by tensor-parallel cap).
-            k = getattr(g.profile, "serving_key", None) or g.profile.gpu.id
+            # The closed form keys GPU servings by SKU and scale-up domain (one replica shape per key).
+            k = g.profile.serving_key or g.profile.gpu.id
             cap[k] = cap.get(k, 0.0) + g.count * g.profile.serving_tasks_per_s
             comp[k] = comp.get(k, 0.0) + g.count * g.profile.gpu_tasks_per_s
             gpus[k] = gpus.get(k, 0.0) + g.count * g.profile.gpus
-    sku_ids = list(cap)
+            reps[k] = reps.get(k, 0) + g.count * g.profile.replicas
+    sku_ids = [k for k in cap if reps[k] > 0]  # GPUs hosting no replica serve nothing (as in the closed form)
     gpu_stages = [(c, s) for c in workload.classes for s in c.stages if isinstance(s, GpuStage)]
     calls = sum(c.share * s.count for c, s in gpu_stages)
     skus: list[SkuSpec] = []
@@ -203,10 +204,9 @@ def build_model(config: Configuration, workload: Workload, catalog: Catalog,
     for k in sku_ids:
         sv = servings[k]
         theta = cap[k] / comp[k] if comp[k] > 0 else 0.0
-        r = gpus[k] / sv.tp_degree
-        n = max(1, int(math.floor(r + 1e-9)))
-        skus.append(SkuSpec(k, n, sv.call_latency_s, sv.call_replica_s, sv.batch_limit, theta * r / n, theta,
-                            sv.tp_degree, gpus[k]))
+        n = reps[k]
+        skus.append(SkuSpec(k, n, sv.call_latency_s, sv.call_replica_s, sv.batch_limit, theta, theta,
+                            sv.replica_gpus, gpus[k]))
         mean_lat.append(sum(c.share * s.count * stage_gpu_latency_s(s, sm, sv) for c, s in gpu_stages) / calls
                         if calls else 1.0)
 
