@@ -29,7 +29,7 @@ def print_evaluation(ev: Evaluation, console: Console) -> None:
     if ev.closed_loop:
         cl = ev.closed_loop
         head.add_row("Closed loop (exact product form)", f"{cl.agents:,} agents: {cl.throughput_tasks_per_hour:,.0f} tasks/h, "
-                     f"mean task {cl.mean_task_seconds:,.1f} s")
+                     f"mean task {_num(cl.mean_task_seconds, ',.1f')} s")
     head.add_row("Power / air / liquid", f"{ev.power_w / 1000:,.1f} kW / {ev.air_heat_w / 1000:,.1f} kW / {ev.liquid_heat_w / 1000:,.1f} kW")
     head.add_row("Space", f"{ev.space_u} U; {ev.gpus} GPUs, {ev.cores:,} cores")
     if ev.tco is not None:
@@ -43,6 +43,17 @@ def print_evaluation(ev: Evaluation, console: Console) -> None:
         mark = " *" if b.name == ev.bottleneck else ""
         t.add_row(b.name + mark, _num(b.tasks_per_hour), b.detail)
     console.print(t)
+
+    if ev.serving:
+        t = Table(title="Serving: replica pools")
+        for col in ("pool", "replicas", "TP x PP", "GPUs used / idle", "HBM GB / replica", "weights GB",
+                    "KV GB / replica", "max batch", "engine cores / replica"):
+            t.add_column(col)
+        for sp in ev.serving:
+            t.add_row(sp.key, str(sp.replicas), f"{sp.tp_degree} x {sp.pp_degree}", f"{sp.gpus_used} / {sp.gpus_idle}",
+                      f"{sp.hbm_gb_per_replica:,.0f}", f"{sp.weights_gb:,.0f}", f"{sp.kv_gb_per_replica:,.0f}",
+                      str(sp.max_batch), f"{sp.engine_cores_per_replica:g}")
+        console.print(t)
 
     t = Table(title="Where a task's time goes (operating point)")
     for col in ("class/stage", "resource", "service s", "wait s", "share"):

@@ -268,11 +268,11 @@ def gpu_serving(workload: Workload, gpu: GpuSku, domain_gpus: int = DEFAULT_TP_D
     tp, pp = max(shapes, key=lambda s: (s[0] * s[1], s[0]))
     worst = _serving_at(workload, gpu, tp, pp, domain, mix, rates)
     k = tp * pp
-    reason = (f"{model.name} needs >= {worst.need_gb:,.0f} GB of usable HBM per replica ({worst.weights_gb:,.0f} GB "
+    reason = (f"{model.id} needs >= {worst.need_gb:,.0f} GB of usable HBM per replica ({worst.weights_gb:,.0f} GB "
               f"weights + KV for {model.min_batch_per_replica} calls of {mix.context_tokens:,.0f} tokens = "
-              f"{model.min_batch_per_replica * worst.kv_gb_per_call:,.1f} GB); the largest replica of {gpu.id} in a "
-              f"{domain}-GPU scale-up domain ({k} x {gpu.memory_gb:g} GB x {model.memory_usable_fraction:g} usable) "
-              f"has {k * gpu.memory_gb * model.memory_usable_fraction:,.0f} GB")
+              f"{model.min_batch_per_replica * worst.kv_gb_per_call:,.1f} GB); one replica of {gpu.id} in this "
+              f"server (scale-up domain of {domain} GPUs) has at most {k * gpu.memory_gb * model.memory_usable_fraction:,.0f}"
+              f" GB ({k} x {gpu.memory_gb:g} GB x {model.memory_usable_fraction:g} usable)")
     return replace(worst, reason=reason)
 
 

@@ -3,7 +3,8 @@
 Same scope as `tests/oracle.py` (layouts B and hybrid, one shared tool queue, no sandbox memory, no tool-wait SLO).
 For every integer vector of server totals N the continuous part is a small LP solved with scipy (HiGHS), in tasks/h:
 
-    serving      X <= S_fixed(N) + sum_o s_o,  s_o <= G_o N_o,  s_o <= k_o u_o,  u_o + y_o <= C_o N_o
+    serving      X <= S_fixed(N) + sum_o s_o,  s_o <= G_o N_o,  s_o <= k_o u_o,  u_o + y_o <= C_o N_o,
+                 u_o >= F_o N_o (the serving engines' host-core floor)
     tool cores   X W <= sum_o perf_o y_o                        (y_o <= tool cores x N_o for fixed options)
     dispatch     sum_o e_o = L, e_o <= s_o (or fixed serving x N_o);  sum_o t_o = L, t_o W <= perf_o y_o
     cost/h       C(N) + sum_o a_o e_o + sum_o b_o t_o
@@ -90,6 +91,8 @@ def _lp(options, counts, workload, costs):
             if math.isfinite(p.orchestration_tasks_per_core_s):
                 lp.ub.append(({s: 1.0, u: -p.orchestration_tasks_per_core_s * HOUR_S}, 0.0))
             lp.ub.append(({u: 1.0, y: 1.0}, p.cores * n))
+            if llm and p.gpu_tasks_per_s > 0 and p.engine_min_cores > 0:  # the serving engines' core floor
+                lp.ub.append(({u: -1.0}, -p.engine_min_cores * n))
         else:
             s_fixed += p.serving_tasks_per_s * HOUR_S * n
             if y is not None:

@@ -95,7 +95,7 @@ def test_evaluate_example_json(runner):
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     assert EVAL_KEYS <= set(data)
-    assert data["workload"] == "swe-agent" and data["rack_profile"] == "air-40kw"
+    assert data["workload"] == "rl-rollout" and data["rack_profile"] == "air-40kw"
     assert data["throughput_tasks_per_hour"] > 0
     assert data["bottleneck"] in {b["name"] for b in data["bounds"]}
     assert data["throughput_tasks_per_hour"] == min(
