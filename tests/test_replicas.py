@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from advisor.catalog import builtin_catalog, load_catalog, load_workload
-from advisor.optimize import optimize
-from advisor.options import enumerate_options
-from advisor.settings import OptimizerSettings
+from advisor.optimizer.optimize import optimize
+from advisor.optimizer.options import enumerate_options
+from advisor.optimizer.settings import OptimizerSettings
 from models.config import Configuration
 from models.performance import gpu_rates, gpu_serving
 from models.pipeline import evaluate

@@ -43,6 +43,8 @@ GROUPS: dict[str, Group] = {g.name: g for g in (
     Group("gpu_compute", "GPU compute", "tasks/h", "capacity", "option", "s_o <= gpu_rate_o N_o"),
     Group("orchestration", "inference-engine host cores", "tasks/h", "capacity", "option",
           "s_o <= orchestration_rate_o u_o"),
+    Group("engine_cores", "serving-engine core floor", "cores", "capacity", "option",
+          "u_o >= F_o N_o, F_o = replicas_o x (engine cores per replica + per GPU x GPUs per replica)"),
     Group("core_split", "host core split", "cores", "structure", "option", "sum_q y[o,q] + u_o <= cores_o N_o"),
     Group("tool_cores", "tool-queue cores", "reference cores", "capacity", "queue",
           "W_q X / 3600 <= sum_o speed_o y[o,q]"),
