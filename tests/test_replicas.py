@@ -182,3 +182,12 @@ def test_preset_answers_are_whole_replicas_with_engine_floor(workload, rack, lay
     assert_buildable(res, w)
     # the evaluator reproduces the MILP's prediction exactly (integer replicas on both sides)
     assert res.throughput_tasks_per_hour == pytest.approx(res.predicted_tasks_per_hour, rel=1e-6)
+
+
+def test_optimize_refuses_a_model_no_gpu_can_hold_with_the_numbers():
+    with pytest.raises(ValueError, match=r"served_model deepseek-r1: no candidate GPU server can hold one replica") as e:
+        optimize(wl("swe-agent"), cat().racks["air-40kw"], cat(), layout="b", gpu_ids=["h100-nvl", "h100-sxm"],
+                 explain=False)
+    msg = str(e.value)
+    assert "one replica of h100-nvl in this server" in msg and "338 GB" in msg
+    assert "one replica of h100-sxm in this server" in msg and "576 GB" in msg and ">= 694 GB" in msg

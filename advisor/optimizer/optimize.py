@@ -563,6 +563,16 @@ def optimize(
         catalog, workload, rack, layout, s.layout_a_orchestration_cores_per_gpu,
         s.assumptions.host_os_reserved_memory_gb, s.assumptions.tensor_parallel_domain_gpus, gpu_ids, cpu_ids,
         costs=s.assumptions.costs)
+    has_llm = any(isinstance(st, GpuStage) for c in workload.classes for st in c.stages)
+    if has_llm and servings and not any(v.fits for v in servings.values()):
+        # no GPU candidate (after the filters) can hold one replica: say why, per GPU, for its largest domain
+        largest = {}
+        for v in servings.values():
+            if v.gpu_id not in largest or v.domain_gpus > largest[v.gpu_id].domain_gpus:
+                largest[v.gpu_id] = v
+        raise ValueError(f"served_model {workload.served_model.id}: no candidate GPU server can hold one replica: "
+                         + "; ".join(largest[g].reason for g in sorted(largest)))
+    servings = {k: v for k, v in servings.items() if v.fits}
     options, servings = drop_twin_skus(options, servings)
     warnings_pre: list[str] = []
     operating_tasks_per_hour = None
