@@ -191,3 +191,23 @@ def test_optimize_refuses_a_model_no_gpu_can_hold_with_the_numbers():
     msg = str(e.value)
     assert "one replica of h100-nvl in this server" in msg and "338 GB" in msg
     assert "one replica of h100-sxm in this server" in msg and "576 GB" in msg and ">= 694 GB" in msg
+
+
+def test_pipeline_parallel_only_where_the_catalog_allows_it():
+    """A 300 GB model on 80 GB GPUs (72 GB usable) in a 6-GPU domain: TP alone tops out at 4 GPUs (288 GB) and hosts
+    nothing; with max_pipeline_parallel 3 a TP 2 x PP 3 replica (432 GB) holds it, per-token latency on 2 GPUs."""
+    mini = load_catalog(Path(__file__).parent / "data" / "mini")
+    w = mini.workloads["agent"]
+    big = w.served_model.model_copy(update={"total_params_b": 300.0, "active_params_b": 300.0})
+    gpu = mini.gpus["gpu-x"]
+    tp_only = gpu_serving(w.model_copy(update={"served_model": big}), gpu, 6, 8)
+    assert not tp_only.fits and tp_only.replicas(6) == 0 and "at most 288 GB" in tp_only.reason
+    pp = big.model_copy(update={"max_pipeline_parallel": 3})
+    s = gpu_serving(w.model_copy(update={"served_model": pp}), gpu, 6, 8)
+    assert s.fits and (s.tp_degree, s.pp_degree, s.replicas(6)) == (2, 3, 1)
+    assert s.per_token_latency_s == pytest.approx(300e9 / (2 * 3.0e12 * big.bandwidth_efficiency))
+    # full-batch work per call spreads over all 6 GPUs of the replica, latency only over the 2 of one stage
+    tp2 = gpu_serving(w.model_copy(update={"served_model": big.model_copy(update={"total_params_b": 100.0, "active_params_b": 100.0})}), gpu, 2, 8)
+    assert (tp2.tp_degree, tp2.pp_degree) == (2, 1)
+    assert s.call_replica_s == pytest.approx(tp2.call_replica_s * 2 / 6, rel=1e-12)
+    assert s.engine_cores_per_replica == 2 + 6

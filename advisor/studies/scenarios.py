@@ -53,8 +53,8 @@ Sets the fraction f of an unloaded task's time spent in tool (CPU) stages by mul
 
 - G = sum_c s_c * sum_{GPU stages} n * L0, where L0 is the stage's unloaded call latency
   (``models.performance.stage_gpu_latency_s``) on the reference GPU: ``reference_gpu`` if given, else the first id in
-  ``gpus`` if given, else the first GPU of the catalog, served as ``gpu_serving`` chooses (tensor-parallel degree
-  within the assumptions' NVLink domain);
+  ``gpus`` if given, else the first GPU of the catalog that can host a replica of the model in one
+  ``tensor_parallel_domain_gpus`` domain, served as ``gpu_serving`` chooses;
 - C = sum_c s_c * sum_{CPU stages} n * core_seconds / parallelism (reference-core speed, per_core_perf = 1);
 - D = sum_c s_c * sum_{delay stages} n * seconds.
 
@@ -389,17 +389,21 @@ def resolve(s: Scenario, settings: OptimizerSettings | None = None) -> Resolved:
     w = apply_overrides(w, "workload", w_over, where)  # type: ignore[assignment]
     r = apply_overrides(r, "rack", r_over, where)  # type: ignore[assignment]
     if TOOL_SHARE in s.overrides:
-        w = apply_tool_share(w, s.overrides[TOOL_SHARE], reference_gpu(s, cat),
-                             settings.assumptions.tensor_parallel_domain_gpus)
+        tp = settings.assumptions.tensor_parallel_domain_gpus
+        w = apply_tool_share(w, s.overrides[TOOL_SHARE], reference_gpu(s, cat, w, tp), tp)
     return Resolved(s, w, r, cat, cat_json, digest, settings)  # type: ignore[arg-type]
 
 
-def reference_gpu(s: Scenario, cat: Catalog):
+def reference_gpu(s: Scenario, cat: Catalog, workload: Workload | None = None, tp_domain_gpus: int = 8):
+    """The GPU `workload.tool_share` measures GPU time on: the scenario's choice, else the first catalog GPU that
+    hosts a replica of the workload's model in a domain of `tp_domain_gpus` (else the first GPU)."""
     gid = s.reference_gpu or (s.gpus[0] if s.gpus else None)
     if gid is None:
         first = next(iter(cat.gpus), None)
         if first is None:
             raise InputError(f"scenario {s.name!r}: {TOOL_SHARE} needs a GPU and the catalog has none")
+        if workload is not None:
+            first = next((g for g in cat.gpus if gpu_serving(workload, g, tp_domain_gpus).fits), first)
         return first
     if gid not in cat.gpus:
         raise InputError(f"scenario {s.name!r}: reference_gpu: unknown gpu id {gid!r}")
