@@ -392,3 +392,25 @@ def scaled_rack(rack: Rack, power: float = 1.0, air: float = 1.0, liquid: float 
 def abs_rel(a: float, b: float) -> float:
     """Relative difference (absolute below 1)."""
     return abs(a - b) / max(1.0, abs(a), abs(b))
+
+
+def assert_buildable(ev, cfg, workload: Workload, catalog: Catalog) -> None:
+    """An evaluated answer places GPUs in whole replicas (gpus_used a multiple of the replica size, every placed pool
+    hosting one) and gives every GPU server's serving engines at least their host-core floor."""
+    from models.performance import replica_domain, serving_key
+
+    sm = workload.served_model
+    pools = {p.key: p for p in ev.serving}
+    for p in pools.values():
+        k = p.tp_degree * p.pp_degree
+        assert p.gpus_used == p.replicas * k and p.gpus_used % k == 0, p
+        if has_llm(workload):
+            assert p.replicas >= 1, f"{p.key} is placed but hosts no replica"
+    for g in cfg.servers:
+        if g.gpu is None or not has_llm(workload):
+            continue
+        ch = catalog.chassis[g.chassis]
+        p = pools[serving_key(g.gpu, replica_domain(g.gpus_per_server, ch.scale_up_domain_gpus))]
+        k = p.tp_degree * p.pp_degree
+        floor = (g.gpus_per_server // k) * (sm.engine_host_cores_per_replica + sm.engine_host_cores_per_gpu * k)
+        assert g.orchestration_cores_per_gpu * g.gpus_per_server >= floor - 1e-6, (g, floor)

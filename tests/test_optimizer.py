@@ -25,6 +25,7 @@ from models.config import Configuration
 from models.hardware import Rack
 from models.pipeline import evaluate
 from oracle import (
+    assert_buildable,
     HOUR_S,
     MINI,
     continuous_optimum,
@@ -167,6 +168,7 @@ def _check_against_oracle(seed: int, layout: str, backend: str = "cbc", racks: i
     cfg = Configuration.model_validate(res.configuration)
     ev = evaluate(cfg, inst.workload, inst.rack, inst.catalog)
     assert ev.within_budgets, (ctx, [r.exceeded for r in ev.racks])
+    assert_buildable(ev, cfg, inst.workload, inst.catalog)  # whole replicas, engine core floor
     assert _close(ev.throughput_tasks_per_hour, res.throughput_tasks_per_hour, 1e-9), ctx
     assert _close(res.predicted_tasks_per_hour, res.throughput_tasks_per_hour), ctx
     # the chosen server totals are optimal for the oracle too, and each rack's counts fit that rack

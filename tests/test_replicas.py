@@ -20,6 +20,7 @@ from models.config import Configuration
 from models.performance import gpu_rates, gpu_serving
 from models.pipeline import evaluate
 from models.workload import Workload
+from oracle import assert_buildable
 
 
 @functools.cache
@@ -149,28 +150,6 @@ def test_layout_a_reserves_at_least_the_engine_floor():
                 assert p.engine_min_cores == p.replicas * (2 + servings[p.serving_key].replica_gpus)
 
 
-def assert_buildable(res, workload: Workload) -> None:
-    """Every GPU answer: GPUs in whole replicas of one SKU per pool, and the engine's core floor reserved."""
-    ev = res.evaluation
-    if ev is None:
-        return
-    sm = workload.served_model
-    for pool in ev.serving:
-        k = pool.tp_degree * pool.pp_degree
-        assert pool.gpus_used == pool.replicas * k
-        assert pool.gpus_used % k == 0
-        assert pool.replicas >= 1, f"{pool.key} placed but hosts no replica"
-    pools = {p.key: p for p in ev.serving}
-    for g in res.configuration.get("servers", []):
-        if not g.get("gpu"):
-            continue
-        pool = next(p for p in pools.values() if p.gpu == g["gpu"] and p.domain_gpus <= g["gpus_per_server"])
-        k = pool.tp_degree * pool.pp_degree
-        replicas = g["gpus_per_server"] // k
-        floor = replicas * (sm.engine_host_cores_per_replica + sm.engine_host_cores_per_gpu * k)
-        assert g["orchestration_cores_per_gpu"] * g["gpus_per_server"] >= floor - 1e-6, (g, floor)
-
-
 @pytest.mark.parametrize("layout", ["a", "b", "hybrid"])
 @pytest.mark.parametrize("workload,rack", [("swe-agent", "air-40kw"), ("rl-rollout", "air-40kw"),
                                            ("model-eval", "liquid-130kw")])
@@ -179,7 +158,8 @@ def test_preset_answers_are_whole_replicas_with_engine_floor(workload, rack, lay
     res = optimize(w, cat().racks[rack], cat(), layout=layout, explain=False, time_limit_s=60)
     assert res.throughput_tasks_per_hour > 0
     assert res.evaluation is not None and res.evaluation.serving
-    assert_buildable(res, w)
+    cfg = Configuration.model_validate(res.configuration)
+    assert_buildable(res.evaluation, cfg, w, cat())
     # the evaluator reproduces the MILP's prediction exactly (integer replicas on both sides)
     assert res.throughput_tasks_per_hour == pytest.approx(res.predicted_tasks_per_hour, rel=1e-6)
 
