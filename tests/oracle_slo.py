@@ -4,7 +4,7 @@ whose tool queue passes the evaluator's SLO check (written out here from docs/mo
 
 Scope: one shared tool queue, one CPU SKU (one core speed), no sandbox memory, layouts b and hybrid. For fixed
 server totals, X tasks/s is feasible iff, with u_min(X) the fewest orchestration cores that serve X (greedy by cores
-per task/s), the remaining cores C = C_all - u_min(X) satisfy W X <= speed C and v X <= lambda_max(floor(C / p)).
+per task/s, on top of the serving engines' core floor), the remaining cores C = C_all - u_min(X) satisfy W X <= speed C and v X <= lambda_max(floor(C / p)).
 Feasibility falls as X rises, so the best X is found by bisection.
 """
 
@@ -42,7 +42,7 @@ def best_with_slo(options, counts, workload: Workload, target_s: float, quantile
     speed = speeds.pop()
     v, mean, pbar, scale = queue_figures(workload, speed)
     w = tool_work_per_task(workload)
-    s_fixed, c_all, flex = 0.0, 0.0, []
+    s_fixed, c_all, floor, flex = 0.0, 0.0, 0.0, []
     for o, n in zip(options, counts):
         if not n:
             continue
@@ -51,15 +51,21 @@ def best_with_slo(options, counts, workload: Workload, target_s: float, quantile
             c_all += p.cores * n
             if p.gpu_tasks_per_s > 0:
                 k = p.orchestration_tasks_per_core_s
-                flex.append((0.0 if math.isinf(k) else 1.0 / k, p.gpu_tasks_per_s * n if math.isinf(k)
-                             else min(p.gpu_tasks_per_s * n, k * p.cores * n)))
+                f = p.engine_min_cores * n if has_llm(workload) else 0.0  # the engines' core floor, always reserved
+                floor += f
+                if math.isinf(k):
+                    flex.append((0.0, p.gpu_tasks_per_s * n))
+                else:
+                    free = min(p.gpu_tasks_per_s * n, k * f)  # served by the floor cores at no extra cost
+                    flex.append((0.0, free))
+                    flex.append((1.0 / k, min(p.gpu_tasks_per_s * n, k * p.cores * n) - free))
         else:
             s_fixed += p.serving_tasks_per_s * n
             c_all += p.tool_cores * n
     flex.sort()
 
     def u_min(x: float) -> float | None:
-        need, u = x - s_fixed, 0.0
+        need, u = x - s_fixed, floor
         for cost, cap in flex:
             if need <= 0:
                 break
