@@ -104,9 +104,13 @@ def test_fp4_calibrations_are_not_used_for_fp8_serving():
     assert any(c.gpu == "b200" and c.precision == "fp4" for c in w.served_model.calibrations)
     h100 = gpu_serving(w, cat().gpus["h100-sxm"])
     assert h100.rates.calibrated and h100.rates.decode_tokens_per_s == 2675
-    # served at FP4 explicitly, the FP4 row would be the one used (precision is the served model's choice)
-    fp4 = w.served_model.model_copy(update={"precision": "fp4"})
-    assert gpu_rates(fp4, cat().gpus["b200"]).calibrated
+    # the FP8 row of a GPU is used: give B200 one and it replaces the roofline
+    fp8_row = {"gpu": "b200", "precision": "fp8", "prefill_tokens_per_s": 15000.0, "decode_tokens_per_s": 7000.0,
+               "source": "test"}
+    sm = type(w.served_model).model_validate({**w.served_model.model_dump(),
+                                              "calibrations": [*w.served_model.model_dump()["calibrations"], fp8_row]})
+    r = gpu_rates(sm, cat().gpus["b200"])
+    assert r.calibrated and r.decode_tokens_per_s == 7000.0
 
 
 def test_idle_gpus_add_nothing_and_are_warned():
