@@ -11,7 +11,7 @@ from pydantic import Field
 
 from advisor.formulation import (Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound,
                                  power_terms, slo_queues)
-from advisor.options import Layout, ServerOption, enumerate_options, prune_dominated
+from advisor.options import Layout, ServerOption, enumerate_options, prune_dominated, system_misfits
 from advisor.settings import OptimizerSettings
 from advisor.solver import LinearModel, Solution, Var, solve
 from advisor.tco_objective import TCO_OBJECTIVES, solve_tco
@@ -565,6 +565,11 @@ def optimize(
         costs=s.assumptions.costs)
     options, servings = drop_twin_skus(options, servings)
     warnings_pre: list[str] = []
+    misfits = system_misfits(catalog, workload, rack, gpu_ids, cpu_ids)
+    has_llm = any(isinstance(st, GpuStage) for c in workload.classes for st in c.stages)
+    if misfits and not any(o.profile.gpus for o in options) and (has_llm or not options):
+        raise ValueError("no candidate GPU server fits an empty rack: " + "; ".join(misfits))
+    warnings_pre += [m + " (left out of the candidates)" for m in misfits]
     operating_tasks_per_hour = None
     if objective == "min_tco_for_throughput":
         if required_tasks_per_hour is None:

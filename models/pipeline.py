@@ -200,8 +200,11 @@ def _queues(config: Configuration, workload: Workload) -> list[Queue]:
 
 
 def resolve_groups(
-    config: Configuration, workload: Workload, catalog: Catalog, assumptions: ModelAssumptions
+    config: Configuration, workload: Workload, catalog: Catalog, assumptions: ModelAssumptions,
+    rack: Rack | None = None,
 ) -> tuple[list[_Group], dict[str, GpuServing]]:
+    """Server groups with their per-server profiles; with `rack`, a rack-scale system the rack profile cannot hold
+    even when empty is an error naming the rack's fields and the numbers."""
     queues = _queues(config, workload)
     servings: dict[str, GpuServing] = {}
     groups: list[_Group] = []
@@ -211,6 +214,10 @@ def resolve_groups(
             chassis = catalog.chassis[g.chassis]
         except UnknownId as e:
             raise ValueError(f"{where}.chassis: {e}") from None
+        if chassis.part_of_system is not None:
+            raise ValueError(f"{where}.chassis: {chassis.id} is a compute tray of the rack-scale system "
+                             f"{chassis.part_of_system} and is placed only as part of it; give chassis "
+                             f"{chassis.part_of_system} (the whole system) instead")
         try:
             cpu = catalog.cpus[g.cpu]
         except UnknownId as e:
@@ -242,6 +249,11 @@ def resolve_groups(
             )
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
+        if chassis.rack_scale_system and rack is not None:
+            short = rack.shortfalls(prof.power_w, prof.air_heat_w, prof.liquid_heat_w, prof.space_u)
+            if short:
+                raise ValueError(f"{where}.chassis: rack-scale system {chassis.id} is placed whole, and rack "
+                                 f"profile {rack.id} cannot hold one: " + "; ".join(short))
         if g.queue_cores is None:
             qc = {queues[0].name: prof.tool_cores}
         else:
@@ -297,7 +309,7 @@ def evaluate(
     a = assumptions or ModelAssumptions()
     warnings: list[str] = []
     queues = _queues(config, workload)
-    groups, servings = resolve_groups(config, workload, catalog, a)
+    groups, servings = resolve_groups(config, workload, catalog, a, rack)
     class_queue = {c: q.name for q in queues for c in q.classes}
 
     # --- GPU pool: capacity per SKU, orchestration limits per group, routing proportional to capacity.
