@@ -34,7 +34,7 @@ from advisor.catalog import load_catalog
 from advisor.options import ServerOption, enumerate_options
 from advisor.settings import OptimizerSettings
 from models.catalog import Catalog
-from models.hardware import Rack
+from models.hardware import Rack, RackSystem
 from models.workload import CpuStage, GpuStage, Workload
 
 HOUR_S = 3600.0
@@ -304,9 +304,25 @@ def _random_workload(rng: random.Random, base: Workload, llm: bool) -> Workload:
                                     "served_model": sm2.model_dump(), "classes": classes, "slo": None})
 
 
+def _random_system(rng: random.Random, chassis: list) -> tuple[Any, RackSystem]:
+    """A rack-scale system of 2-4 one-U trays of a random GPU chassis, with a switch tray and a power shelf."""
+    src = rng.choice([c for c in chassis if c.role == "gpu"])
+    k = rng.choice([2, 3, 4])
+    gpus = min(src.gpu_counts)
+    tray = _revalidate(src, id="sys-tray", height_u=1, gpu_counts=[gpus], part_of_system="rand-sys",
+                       base_power_w=src.base_power_w / 4)
+    system = RackSystem(id="rand-sys", name="random system", source="test", compute_tray="sys-tray",
+                        compute_trays=k, switch_trays=1, switch_tray_u=1, power_shelves=1, power_shelf_u=1,
+                        height_u=k + 2, shared_power_w=rng.uniform(0.0, 800.0), weight_kg=40.0 * k,
+                        scale_up_domain_gpus=k * gpus)
+    return tray, system
+
+
 def random_instance(seed: int, max_options: int = 5, max_vectors: int = 20000, racks: int = 1,
-                    max_power_kw: float = 30.0) -> Instance:
-    """A random perturbation of the mini catalog, workload and rack, small enough to enumerate."""
+                    max_power_kw: float = 30.0, systems: bool = False) -> Instance:
+    """A random perturbation of the mini catalog, workload and rack, small enough to enumerate. With `systems`, the
+    catalog also holds a rack-scale system (whole units of a few trays; drawn from a separate random stream so that
+    the other instances stay as they were), and only instances where it is a candidate are returned."""
     rng = random.Random(seed)
     base = mini_catalog()
     for _attempt in range(200):
@@ -354,10 +370,16 @@ def random_instance(seed: int, max_options: int = 5, max_vectors: int = 20000, r
                                     "reserved_power_w": rng.choice([0.0, rng.uniform(0, 500)])})
         llm = rng.random() > 0.05
         workload = _random_workload(rng, base.workloads["agent"], llm)
+        sys_list = []
+        if systems:
+            tray, system = _random_system(random.Random(seed * 1_000_003 + _attempt), chassis)
+            chassis, sys_list = [*chassis, tray], [system]
         cat = Catalog.build(cpus=cpus, gpus=gpus, chassis=chassis, racks=[rack],
-                            served_models=[workload.served_model], workloads=[workload])
+                            served_models=[workload.served_model], workloads=[workload], systems=sys_list)
         opts = candidate_options(cat, workload, rack, "hybrid")
         if not opts or len(opts) > max_options:
+            continue
+        if systems and not any(o.profile.chassis.rack_scale_system for o in opts):
             continue
         if not any(o.profile.gpus for o in opts):
             continue
