@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from advisor.optimize import optimize
+from advisor.optimizer.optimize import optimize
 from advisor.simulation.des import SimSettings, build_model, closed_form_at, simulate
 from models.config import Configuration
 from models.hardware import RackSystem
