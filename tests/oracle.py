@@ -1,7 +1,8 @@
 """Exhaustive-enumeration oracle for the rack-filling optimizer, independent of the MILP code.
 
-Scope: instances with ONE shared tool queue and NO sandbox memory (every class has sandbox_memory_gb 0) and no
-tool-wait SLO. For such an instance the optimum is
+Scope: instances with ONE shared tool queue and NO sandbox memory or disk (every class has sandbox_memory_gb and
+sandbox_disk_gb 0), no io stages, and no tool-wait SLO. Catalogs may hold a rack-scale system (`systems=True`): it is
+one candidate option whose count is whole systems. For such an instance the optimum is
 
     max over integer server counts N (per rack, within that rack's power / air / liquid / space budgets)
         of  best continuous throughput for the totals N.
@@ -221,6 +222,8 @@ def candidate_options(catalog: Catalog, workload: Workload, rack: Rack, layout: 
 def check_scope(workload: Workload) -> None:
     if any(c.sandbox_memory_gb > 0 for c in workload.classes):
         raise ValueError("oracle scope: sandbox_memory_gb must be 0 in every class")
+    if any(c.sandbox_disk_gb > 0 or any(s.resource == "io" for s in c.stages) for c in workload.classes):
+        raise ValueError("oracle scope: no sandbox disk and no io stages")
     if workload.slo is not None and workload.slo.tool_wait_p95_seconds:
         raise ValueError("oracle scope: no tool-wait SLO")
 
