@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from advisor.optimizer.optimize import optimize
-from advisor.simulation.des import SimSettings, build_model, closed_form_at, simulate
+from advisor.simulation.des import SimSettings, build_model, closed_form_at, simulate_model
 from models.config import Configuration
 from models.hardware import RackSystem
 from models.pipeline import evaluate
@@ -168,7 +168,7 @@ def test_simulator_models_the_io_station(builtin):
         int(ev.queues[0].io_mbps // 2000)]
     assert ev.bottleneck == "io:shared"
     lam = ev.arrival_rate_tasks_per_hour
-    sim = simulate(cfg, w, builtin, SimSettings(arrival_rate_per_hour=lam, duration_s=6 * 3600, replications=3,
+    sim = simulate_model(model, SimSettings(arrival_rate_per_hour=lam, duration_s=6 * 3600, replications=3,
                                                  seed=3, wall_clock_s=120))
     u_sim = sim["utilization"]["io:shared"]["mean"]
     assert u_sim == pytest.approx(ev.utilization["io:shared"], rel=0.08)
