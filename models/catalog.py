@@ -5,7 +5,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from models.hardware import Chassis, CpuSku, GpuSku, Rack
+from models.hardware import Chassis, CpuSku, GpuSku, Rack, Switch
 from models.workload import ServedModel, Workload
 
 T = TypeVar("T")
@@ -73,9 +73,10 @@ class Catalog(BaseModel):
     racks: Table[Rack]
     served_models: Table[ServedModel]
     workloads: Table[Workload]
+    switches: Table[Switch]
 
     @classmethod
-    def build(cls, cpus=(), gpus=(), chassis=(), racks=(), served_models=(), workloads=()) -> "Catalog":
+    def build(cls, cpus=(), gpus=(), chassis=(), racks=(), served_models=(), workloads=(), switches=()) -> "Catalog":
         return cls(
             cpus=Table("cpu", list(cpus)),
             gpus=Table("gpu", list(gpus)),
@@ -83,4 +84,5 @@ class Catalog(BaseModel):
             racks=Table("rack", list(racks)),
             served_models=Table("served model", list(served_models)),
             workloads=Table("workload", list(workloads)),
+            switches=Table("switch", list(switches)),
         )
