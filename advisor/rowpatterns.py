@@ -41,7 +41,7 @@ from advisor.formulation import Built, Problem
 from advisor.solver import LinearModel, Solution
 from advisor.solver.backends import OPTIMAL_GAP
 
-RACK_GROUPS = ("power", "cooling_air", "cooling_liquid", "space")
+RACK_GROUPS = ("power", "power_feed", "cooling_air", "cooling_liquid", "space", "weight", "network_ports")
 """Constraint groups written once per rack; the patterns carry them."""
 PER_RACK_COPY_GROUPS = ("sku_choice",)
 """Groups whose per-rack copies (n_{r,o} <= ub * w_g) sum exactly to one row constraint."""
@@ -76,6 +76,10 @@ class _Master:
 
 def _aggregate(b: Built, p: Problem) -> _Master | None:
     """The row model with totals instead of per-rack counts, or None if a constraint does not aggregate exactly."""
+    if b.k:
+        # Top-of-rack switches are per-rack integers outside the server counts: a rack's feasible set is then not
+        # a knapsack over servers alone, so the row is solved directly (canonical_racks still makes it canonical).
+        return None
     var_of = {v: (r, i) for (r, i), v in b.n.items()}
     options = sorted({i for (_, i) in b.n})
     m = LinearModel(b.model.name + "_row")
@@ -446,15 +450,24 @@ def canonical_racks(b: Built, p: Problem, sol: Solution) -> Solution:
         return sol
     var_of = {v: (r, i) for (r, i), v in b.n.items()}
     options = sorted({i for (_, i) in b.n})
-    budgets = [({var_of[k][1]: a for k, a in c.terms.items()}, c.rhs) for c in b.model.constraints
-               if c.group in RACK_GROUPS and {var_of[k][0] for k in c.terms if k in var_of} == {0}]
+    k0 = b.k.get(0)
+    rows = [({var_of[k][1]: a for k, a in c.terms.items() if k in var_of}, c.terms.get(k0, 0.0) if k0 else 0.0, c.rhs)
+            for c in b.model.constraints
+            if c.group in RACK_GROUPS and {var_of[k][0] for k in c.terms if k in var_of} == {0}]
     ub = {i: int(b.model.vars[b.n[0, i]].ub) for i in options if (0, i) in b.n}
     if len(ub) != len(options) or any((r, i) not in b.n for r in range(p.racks) for i in options):
         return sol
     current = [[int(round(sol.values.get(b.n[r, i], 0.0))) for i in options] for r in range(p.racks)]
     totals = [sum(rk[j] for rk in current) for j in range(len(options))]
-    racks = (_even_split(options, budgets, ub, totals, p.racks) or _first_fit(options, budgets, ub, totals, p.racks)
-             or _type_split(options, budgets, ub, totals, p.racks) or _highs_split(options, budgets, ub, totals, p.racks))
+    if k0 is None:
+        budgets = [(use, cap) for use, _, cap in rows]
+        racks = (_even_split(options, budgets, ub, totals, p.racks)
+                 or _first_fit(options, budgets, ub, totals, p.racks)
+                 or _type_split(options, budgets, ub, totals, p.racks)
+                 or _highs_split(options, budgets, ub, totals, p.racks))
+    else:  # with switches a rack's fit is not linear in its servers: even split, then first fit by trial
+        sw = _SwitchedRack(rows, int(b.model.vars[k0].ub), options, ub)
+        racks = _even_split_by(sw.fits, totals, p.racks) or _first_fit_by(sw.fits, options, totals, p.racks)
     if racks is None:
         racks = current
     racks = sorted(racks, reverse=True)
@@ -462,9 +475,66 @@ def canonical_racks(b: Built, p: Problem, sol: Solution) -> Solution:
     for r, counts in enumerate(racks):
         for j, i in enumerate(options):
             values[b.n[r, i]] = float(counts[j])
+        if k0 is not None:
+            need = sw.switches(counts)
+            values[b.k[r]] = float(need if need is not None else round(sol.values.get(b.k[r], 0.0)))
     if _violations(b.model, values):
         return sol
     return Solution(sol.status, sol.objective, values, sol.best_bound, sol.gap, sol.seconds, sol.duals, sol.backend)
+
+
+class _SwitchedRack:
+    """One rack's budgets where top-of-rack switches k take power, air, space and weight and give ports:
+    rows (use per option, coefficient of k, capacity). The fewest switches a server vector needs is fixed by the
+    rows where k has a negative coefficient (ports); the vector fits when that many fit the other rows."""
+
+    def __init__(self, rows, k_ub: int, options: list[int], ub: dict[int, int]):
+        self.rows, self.k_ub, self.options, self.ub = rows, k_ub, options, ub
+
+    def switches(self, counts: list[int]) -> int | None:
+        k = 0
+        for use, kc, cap in self.rows:
+            if kc < 0:
+                load = sum(use.get(i, 0.0) * n for i, n in zip(self.options, counts)) - cap
+                k = max(k, math.ceil(load / -kc - 1e-9))
+        return k if k <= self.k_ub else None
+
+    def fits(self, counts: list[int]) -> bool:
+        if any(n > self.ub[i] for i, n in zip(self.options, counts)):
+            return False
+        k = self.switches(counts)
+        return k is not None and all(
+            sum(use.get(i, 0.0) * n for i, n in zip(self.options, counts)) + kc * k <= cap * (1 + 1e-12) + 1e-9
+            for use, kc, cap in self.rows if kc >= 0)
+
+
+def _even_split_by(fits, totals: list[int], racks: int) -> list[list[int]] | None:
+    out = [[n // racks for n in totals] for _ in range(racks)]
+    r = 0
+    for j, n in enumerate(totals):
+        for _ in range(n % racks):
+            out[r][j] += 1
+            r = (r + 1) % racks
+    return out if all(fits(rk) for rk in out) else None
+
+
+def _first_fit_by(fits, options: list[int], totals: list[int], racks: int) -> list[list[int]] | None:
+    """First fit, options in index order, each into the lowest rack with room (found by trial)."""
+    out = [[0] * len(options) for _ in range(racks)]
+    for j in range(len(options)):
+        need = totals[j]
+        for r in range(racks):
+            while need:
+                out[r][j] += 1
+                if not fits(out[r]):
+                    out[r][j] -= 1
+                    break
+                need -= 1
+            if not need:
+                break
+        if need:
+            return None
+    return out
 
 
 def _fits_budgets(budgets, ub: dict[int, int], options: list[int], counts: list[int]) -> bool:
