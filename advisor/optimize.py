@@ -36,8 +36,8 @@ RELAXES = {"hybrid": "b", "b": "a"}
 BUDGET_GROUPS = ("power", "power_feed", "cooling_air", "cooling_liquid", "space", "weight", "network_ports", "capital")
 BUDGET_UNITS = {"power": "W", "power_feed": "W", "cooling_air": "W", "cooling_liquid": "W", "space": "U",
                 "weight": "kg", "network_ports": "ports", "capital": "USD"}
-BUDGET_FIELDS = {"power": "power_kw", "power_feed": "the feeds' rating after a feed loss (feeds, feed_kw or "
-                 "feed_voltage_v x feed_current_a, redundancy, continuous_load_factor)",
+BUDGET_FIELDS = {"power": "power_kw", "power_feed": "feeds, feed_kw or feed_voltage_v x feed_current_a, redundancy, "
+                 "continuous_load_factor",
                  "cooling_air": "air_cooling_kw", "cooling_liquid": "liquid_cooling_kw", "space": "height_u",
                  "weight": "max_weight_kg", "network_ports": "server ports of the tor_switch",
                  "capital": "capital budget"}
@@ -442,12 +442,12 @@ def _diagnose(b: Built, p: Problem, backend: str, s: OptimizerSettings, clock: _
 def _budget_basis(group: str, rack: Rack) -> str:
     """How a rack budget's right-hand side is made, for messages."""
     if group == "power_feed" and rack.feed_rating_w is not None:
-        return (f"; {rack.redundancy}: {rack.surviving_feeds} of {rack.feeds} feeds x {rack.feed_rating_w:,.0f} W x "
+        return (f" = {rack.redundancy}: {rack.surviving_feeds} of {rack.feeds} feeds x {rack.feed_rating_w:,.0f} W x "
                 f"{rack.continuous_load_factor:g} - {rack.reserved_power_w:,.0f} W reserved")
     if group == "weight" and rack.max_weight_kg is not None:
-        return f"; max_weight_kg {rack.max_weight_kg:,.0f} - reserved_weight_kg {rack.reserved_weight_kg:,.0f}"
+        return f" = max_weight_kg {rack.max_weight_kg:,.0f} - reserved_weight_kg {rack.reserved_weight_kg:,.0f}"
     if group == "network_ports":
-        return " free ports"
+        return " free"
     return ""
 
 
@@ -935,16 +935,19 @@ def _too_small_diagnosis(candidates: list[ServerOption], rack: Rack, catalog: Ca
     needs = [(o, empty_rack_needs(o.profile, rack, switch)) for o in candidates]
     out = []
     for g in BUDGET_GROUPS:
-        per = [(nd[g][0], nd[g][1], o) for o, nd in needs if g in nd]
-        if not per or any(need <= have for need, have, _ in per):
+        over = [(nd[g][0], nd[g][1], o) for o, nd in needs if g in nd and nd[g][0] > nd[g][1]]
+        if not over:
             continue
-        need, have, o = min(per, key=lambda t: t[0])
+        need, have, o = min(over, key=lambda t: t[0])
         unit = BUDGET_UNITS[g]
+        who = ("every candidate server needs" if len(over) == len(needs)
+               else f"{len(over)} of {len(needs)} candidate servers need")
         out.append(Infeasibility(group=g, shortfall=need - have, unit=unit, message=(
-            f"rack {rack.id}: {g} ({BUDGET_FIELDS[g]}) offers {have:,.2f} {unit}{_budget_basis(g, rack)}, but the "
-            f"least demanding candidate server ({o.profile.chassis.id} with {o.profile.gpus} x "
-            f"{o.profile.gpu.id if o.profile.gpu else 'no GPU'}) needs {need:,.2f} {unit}")))
-    return out
+            f"rack {rack.id}: {g} ({BUDGET_FIELDS[g]}) offers {have:,.2f} {unit}{_budget_basis(g, rack)}, and "
+            f"{who} more, the least {o.profile.chassis.id} with {o.profile.gpus} x "
+            f"{o.profile.gpu.id if o.profile.gpu else 'no GPU'}: {need:,.2f} {unit}")))
+    counts = {d.group: sum(1 for _, nd in needs if d.group in nd and nd[d.group][0] > nd[d.group][1]) for d in out}
+    return sorted(out, key=lambda d: -counts[d.group])
 
 
 def _catalog_of(p: Problem) -> Catalog:

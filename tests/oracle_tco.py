@@ -30,7 +30,8 @@ from models.tco import (
     gpu_joules_per_task,
     idle_draw_w,
 )
-from oracle import HOUR_S, candidate_options, check_scope, has_llm, tool_work_per_task, total_vectors
+from oracle import (HOUR_S, candidate_options, check_scope, has_llm, rack_switch_of, tool_work_per_task,
+                    total_vectors)
 
 
 class _Lp:
@@ -137,7 +138,7 @@ def min_tco_for_throughput(inst, layout: str, required_tasks_per_hour: float,
     check_scope(inst.workload)
     options = candidate_options(inst.catalog, inst.workload, inst.rack, layout, s)
     best = None
-    for v in total_vectors(options, inst.rack, inst.racks):
+    for v in total_vectors(options, inst.rack, inst.racks, rack_switch_of(inst.catalog, inst.rack)):
         lp, cost, x, lam = _lp(options, v, inst.workload, costs)
         lp.eq.append(({lam: 1.0}, required_tasks_per_hour))
         lp.ub.append(({x: -1.0}, -required_tasks_per_hour / f))
@@ -156,7 +157,7 @@ def min_cost_per_task(inst, layout: str, settings: OptimizerSettings | None = No
     check_scope(inst.workload)
     options = candidate_options(inst.catalog, inst.workload, inst.rack, layout, s)
     best = None
-    for v in total_vectors(options, inst.rack, inst.racks):
+    for v in total_vectors(options, inst.rack, inst.racks, rack_switch_of(inst.catalog, inst.rack)):
         lp, cost, x, lam = _lp(options, v, inst.workload, costs)
         # Charnes-Cooper: every row with a right-hand side b becomes A z - b tau <= 0; L = 1 fixes the scale.
         tau = lp.var("tau")
