@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
+from advisor.layouts import Layout  # noqa: F401 - re-exported for the optimizer modules
 from models.catalog import Catalog
 from models.hardware import Rack, Switch
 from models.rack_physics import check_server_ports, planning_power_fraction, rack_switch, switches_needed
@@ -13,7 +13,6 @@ from models.server import ServerProfile, server_profile
 from models.tco import CostAssumptions, cpu_joules_per_reference_core_s, gpu_joules_per_task, idle_draw_w
 from models.workload import Workload
 
-Layout = Literal["a", "b", "hybrid"]
 
 
 @dataclass(frozen=True)
