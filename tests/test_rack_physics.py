@@ -13,7 +13,7 @@ import pytest
 
 from advisor.catalog import builtin_catalog, load_rack
 from advisor.errors import InputError
-from advisor.optimize import optimize
+from advisor.optimizer.optimize import optimize
 from models.config import Configuration
 from models.hardware import Chassis, Rack
 from models.pipeline import evaluate

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from advisor.optimizer.formulation import (Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound,
                                  power_terms, slo_queues)
+from advisor.optimizer.groups import BUDGET_GROUPS, BUDGET_UNITS
 from advisor.optimizer.options import Layout, ServerOption, enumerate_options, prune_dominated
 from advisor.optimizer.settings import OptimizerSettings
 from advisor.solver import LinearModel, Solution, Var, solve
@@ -33,9 +34,6 @@ MATERIAL_GAIN = 1e-6
 tie-breaks may give up to `throughput_tie_tolerance` of throughput for lower power)."""
 RELAXES = {"hybrid": "b", "b": "a"}
 """Each layout's feasible set contains the one named here."""
-BUDGET_GROUPS = ("power", "power_feed", "cooling_air", "cooling_liquid", "space", "weight", "network_ports", "capital")
-BUDGET_UNITS = {"power": "W", "power_feed": "W", "cooling_air": "W", "cooling_liquid": "W", "space": "U",
-                "weight": "kg", "network_ports": "ports", "capital": "USD"}
 BUDGET_FIELDS = {"power": "power_kw", "power_feed": "feeds, feed_kw or feed_voltage_v x feed_current_a, redundancy, "
                  "continuous_load_factor",
                  "cooling_air": "air_cooling_kw", "cooling_liquid": "liquid_cooling_kw", "space": "height_u",
@@ -929,7 +927,7 @@ def _empty_rack_diagnosis(p: Problem) -> list[Infeasibility]:
 def _too_small_diagnosis(candidates: list[ServerOption], rack: Rack, catalog: Catalog) -> list[Infeasibility]:
     """Why no candidate server fits an empty rack: each budget that even the least demanding candidate (with the
     switches its NIC ports need) exceeds, naming the rack field and the numbers."""
-    from advisor.options import empty_rack_needs
+    from advisor.optimizer.options import empty_rack_needs
 
     switch = rack_switch(rack, catalog)
     needs = [(o, empty_rack_needs(o.profile, rack, switch)) for o in candidates]

@@ -42,7 +42,7 @@ from advisor.solver import LinearModel, Solution
 from advisor.solver.backends import OPTIMAL_GAP
 
 RACK_GROUPS = ("power", "power_feed", "cooling_air", "cooling_liquid", "space", "weight", "network_ports")
-"""Constraint groups written once per rack; the patterns carry them."""
+"""Constraint groups written once per rack; the patterns carry them (`groups.RACK_GROUPS`)."""
 PER_RACK_COPY_GROUPS = ("sku_choice",)
 """Groups whose per-rack copies (n_{r,o} <= ub * w_g) sum exactly to one row constraint."""
 LP_TOL = 1e-9
