@@ -387,58 +387,71 @@ def random_instance(seed: int, max_options: int = 5, max_vectors: int = 20000, r
         else:
             air, liquid = power_kw * rng.uniform(0.7, 1.3), 0.0
         height = rng.randint(8, 42)
-        rack_data = {"id": "rand-rack", "name": "random rack", "source": "test",
-                     "power_kw": power_kw, "air_cooling_kw": air, "liquid_cooling_kw": liquid,
-                     "height_u": height, "reserved_u": rng.randint(0, 2),
-                     "reserved_power_w": rng.choice([0.0, rng.uniform(0, 500)])}
-        # Electrical feeds, weight limits and top-of-rack switches, drawn from their own generator so that the
-        # instances drawn before these existed keep their other figures.
-        phys = random.Random(seed * 1_000_003 + _attempt)
-        switches = []
-        if phys.random() < 0.4:
-            red = phys.choice(["2N", "N+1", "none"])
-            feeds = {"2N": phys.choice([2, 4]), "N+1": phys.choice([2, 3]), "none": phys.choice([1, 2])}[red]
-            alive = {"2N": feeds // 2, "N+1": feeds - 1, "none": feeds}[red]
-            rack_data.update(redundancy=red, feeds=feeds, continuous_load_factor=phys.choice([0.8, 1.0]),
-                             feed_kw=power_kw * phys.uniform(0.5, 1.6) / alive / 0.8)
-        if phys.random() < 0.4:
-            rack_data.update(max_weight_kg=phys.uniform(60, 600), reserved_weight_kg=phys.choice([0.0, 20.0]))
-        if phys.random() < 0.4:
-            sw = Switch.model_validate({"id": "rand-sw", "name": "random switch", "source": "test",
-                                        "height_u": phys.choice([1, 2]), "ports": phys.randint(8, 48),
-                                        "port_speed_gbps": 400, "power_w": phys.uniform(100, 1500),
-                                        "weight_kg": phys.uniform(5, 30)})
-            switches = [sw]
-            rack_data.update(tor_switch=sw.id, uplinks_per_switch=phys.randint(0, 4))
-        for ch in chassis:
-            if phys.random() < 0.5:
-                chassis[chassis.index(ch)] = _revalidate(
-                    ch, weight_kg=phys.uniform(10, 150),
-                    nics=[{"model": "n", "count": phys.randint(1, 8), "speed_gbps": 400, "power_w": 0.0}])
-        try:
-            rack = Rack.model_validate(rack_data)
-        except ValueError:
-            continue
-        if switches and (switches[0].ports - rack.uplinks_per_switch < max(c.network_ports for c in chassis)
-                         or switches[0].height_u > height - rack.reserved_u):
-            continue
+        rack = Rack.model_validate({"id": "rand-rack", "name": "random rack", "source": "test",
+                                    "power_kw": power_kw, "air_cooling_kw": air, "liquid_cooling_kw": liquid,
+                                    "height_u": height, "reserved_u": rng.randint(0, 2),
+                                    "reserved_power_w": rng.choice([0.0, rng.uniform(0, 500)])})
         llm = rng.random() > 0.05
         workload = _random_workload(rng, base.workloads["agent"], llm)
         cat = Catalog.build(cpus=cpus, gpus=gpus, chassis=chassis, racks=[rack],
-                            served_models=[workload.served_model], workloads=[workload], switches=switches)
+                            served_models=[workload.served_model], workloads=[workload])
         opts = candidate_options(cat, workload, rack, "hybrid")
         if not opts or len(opts) > max_options:
             continue
         if not any(o.profile.gpus for o in opts):
             continue
-        sw = switches[0] if switches else None
-        nvec = len(total_vectors(opts, rack, racks, sw)) if racks > 1 else len(rack_vectors(opts, rack, sw))
+        nvec = len(total_vectors(opts, rack, racks)) if racks > 1 else len(rack_vectors(opts, rack))
         if nvec > max_vectors:
             continue
-        return Instance(seed, cat, workload, rack, racks, {"options": len(opts), "vectors": nvec, "llm": llm,
-                                                           "switch": bool(switches), "feeds": rack.feed_kw is not None,
-                                                           "weight": rack.max_weight_kg is not None})
+        inst = Instance(seed, cat, workload, rack, racks, {"options": len(opts), "vectors": nvec, "llm": llm,
+                                                           "switch": False, "feeds": False, "weight": False})
+        return _with_rack_physics(inst, random.Random(seed * 1_000_003 + _attempt))
     raise RuntimeError(f"seed {seed}: no instance within the size limits")
+
+
+def _with_rack_physics(inst: Instance, phys: random.Random) -> Instance:
+    """The instance with electrical feeds, a weight limit and a top-of-rack switch drawn at random (each with
+    probability 0.4), from a generator of their own: the rest of the instance is the one drawn before these
+    existed. Dropped again if they leave no GPU candidate (they only remove rack vectors, never add)."""
+    rack_data = inst.rack.model_dump()
+    chassis = list(inst.catalog.chassis)
+    switches = []
+    if phys.random() < 0.4:
+        red = phys.choice(["2N", "N+1", "none"])
+        feeds = {"2N": phys.choice([2, 4]), "N+1": phys.choice([2, 3]), "none": phys.choice([1, 2])}[red]
+        alive = {"2N": feeds // 2, "N+1": feeds - 1, "none": feeds}[red]
+        rack_data.update(redundancy=red, feeds=feeds, continuous_load_factor=phys.choice([0.8, 1.0]),
+                         feed_kw=inst.rack.power_kw * phys.uniform(0.5, 1.6) / alive / 0.8)
+    if phys.random() < 0.4:
+        rack_data.update(max_weight_kg=phys.uniform(60, 600), reserved_weight_kg=phys.choice([0.0, 20.0]))
+    if phys.random() < 0.4:
+        for j, ch in enumerate(chassis):
+            if phys.random() < 0.5:
+                chassis[j] = _revalidate(ch, weight_kg=phys.uniform(10, 150),
+                                         nics=[{"model": "n", "count": phys.randint(1, 8), "speed_gbps": 400,
+                                                "power_w": 0.0}])
+        most = max(c.network_ports for c in chassis)
+        sw = Switch.model_validate({"id": "rand-sw", "name": "random switch", "source": "test",
+                                    "height_u": 1, "ports": phys.randint(max(8, most), 48),
+                                    "port_speed_gbps": 400, "power_w": phys.uniform(100, 1500),
+                                    "weight_kg": phys.uniform(5, 30)})
+        up = phys.randint(0, min(4, sw.ports - most))
+        if sw.height_u <= inst.rack.height_u - inst.rack.reserved_u:
+            switches = [sw]
+            rack_data.update(tor_switch=sw.id, uplinks_per_switch=up)
+    if rack_data == inst.rack.model_dump() and not switches:
+        return inst
+    rack = Rack.model_validate(rack_data)
+    cat = Catalog.build(cpus=inst.catalog.cpus, gpus=inst.catalog.gpus, chassis=chassis, racks=[rack],
+                        served_models=inst.catalog.served_models, workloads=inst.catalog.workloads, switches=switches)
+    opts = candidate_options(cat, inst.workload, rack, "hybrid")
+    if not any(o.profile.gpus for o in opts):
+        return inst
+    sw = switches[0] if switches else None
+    nvec = len(total_vectors(opts, rack, inst.racks, sw)) if inst.racks > 1 else len(rack_vectors(opts, rack, sw))
+    notes = {**inst.notes, "options": len(opts), "vectors": nvec, "switch": bool(switches),
+             "feeds": rack.feed_kw is not None, "weight": rack.max_weight_kg is not None}
+    return Instance(inst.seed, cat, inst.workload, rack, inst.racks, notes)
 
 
 def scaled_rack(rack: Rack, power: float = 1.0, air: float = 1.0, liquid: float = 1.0, space: int = 0) -> Rack:
