@@ -236,6 +236,23 @@ def total_vectors(options: list[ServerOption], rack: Rack, racks: int,
     return acc
 
 
+def switches_by_total(options: list[ServerOption], rack: Rack, racks: int,
+                      switch: Switch | None) -> dict[tuple[int, ...], int]:
+    """Every reachable server total of `racks` racks, with the fewest top-of-rack switches any split of it over the
+    racks needs (0 without a switch)."""
+    one = [(v, switches_for(options, v, rack, switch)) for v in rack_vectors(options, rack, switch)]
+    acc = {tuple(0 for _ in options): 0}
+    for _ in range(racks):
+        nxt: dict[tuple[int, ...], int] = {}
+        for x, kx in acc.items():
+            for y, ky in one:
+                t = tuple(a + b for a, b in zip(x, y))
+                if t not in nxt or kx + ky < nxt[t]:
+                    nxt[t] = kx + ky
+        acc = nxt
+    return acc
+
+
 def rack_switch_of(catalog: Catalog, rack: Rack) -> Switch | None:
     return None if rack.tor_switch is None else catalog.switches[rack.tor_switch]
 
