@@ -252,3 +252,44 @@ def test_evaluate_json_carries_feeds_weight_and_switches(cat):
         assert key in data, key
     assert data["switches"] == 1 and len(data["feeds"]) == 4
     assert {"feed", "normal_w", "one_lost_w", "rating_w", "exceeded"} <= set(data["feeds"][0])
+
+
+# ------------------------------------------------------------------------------------------------ golden LP
+
+GOLDEN_PHYS = __import__("pathlib").Path(__file__).parent / "golden" / "mini_hybrid_rackphys.lp"
+
+
+def test_golden_lp_with_feeds_weight_and_switches(tmp_path):
+    """The mini golden problem (tests/golden/mini_hybrid.lp) in a rack with 2N feeds, a weight limit and a
+    top-of-rack switch: power_feed, weight and network_ports rows and the integer k_r0 appear as documented."""
+    import os
+
+    from advisor.catalog import load_catalog
+    from advisor.optimizer.formulation import Problem, build
+    from advisor.optimizer.options import enumerate_options
+    from advisor.optimizer.settings import OptimizerSettings
+    from advisor.solver.backends import to_pulp
+    from models.rack_physics import rack_switch
+    from oracle import MINI
+
+    cat = load_catalog(MINI)
+    wl = cat.workloads["agent"]
+    rack = cat.racks["r15"].model_copy(update={})
+    rack = Rack.model_validate({**rack.model_dump(), "redundancy": "2N", "feeds": 2, "feed_kw": 16.0,
+                                "max_weight_kg": 400.0, "reserved_weight_kg": 20.0, "tor_switch": "sw32",
+                                "uplinks_per_switch": 8})
+    s = OptimizerSettings()
+    opts, servings = enumerate_options(cat, wl, rack, "hybrid", s.layout_a_orchestration_cores_per_gpu,
+                                       s.assumptions.host_os_reserved_memory_gb,
+                                       s.assumptions.tensor_parallel_domain_gpus)
+    model = build(Problem(wl, rack, 1, opts, servings, [["edit", "test"]], switch=rack_switch(rack, cat))).model
+    groups = {c.group for c in model.constraints}
+    assert {"power_feed", "weight", "network_ports"} <= groups
+    assert model.vars["k_r0"].integer and model.vars["k_r0"].ub == rack.usable_u // 1  # space alone: 1U switches
+    out = tmp_path / "golden.lp"
+    to_pulp(model)[0].writeLP(str(out))
+    text = out.read_text()
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        GOLDEN_PHYS.write_text(text)
+    assert GOLDEN_PHYS.exists(), "no golden file; run with UPDATE_GOLDEN=1"
+    assert text == GOLDEN_PHYS.read_text(), "the formulation changed: review the diff and regenerate with UPDATE_GOLDEN=1"
