@@ -9,9 +9,9 @@ from typing import Literal
 
 from pydantic import Field
 
+from advisor.optimizer.groups import BUDGET_GROUPS, BUDGET_UNITS
 from advisor.optimizer.formulation import (Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound,
                                  power_terms, slo_queues)
-from advisor.optimizer.groups import BUDGET_GROUPS, BUDGET_UNITS
 from advisor.optimizer.options import Layout, ServerOption, enumerate_options, prune_dominated
 from advisor.optimizer.settings import OptimizerSettings
 from advisor.solver import LinearModel, Solution, Var, solve
@@ -526,7 +526,8 @@ def _constraint_status(b: Built, p: Problem, sol: Solution) -> list[ConstraintSt
 
 def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clock: _Clock, layout: Layout,
                    x_best: float, explain_resolve: bool) -> list[ShadowPrice]:
-    from advisor.optimizer.rows import _lp, polish
+    from advisor.optimizer.rows import polish
+    from advisor.solver.highs import lp as _lp
 
     # The LP relaxation is solved in process by HiGHS whatever the backend: where budgets bind together (a rack's
     # power and air cooling, say) its duals are not unique, and CLP and GLOP put them on different budgets; CBC
