@@ -216,7 +216,7 @@ def load_workload(ref: str | dict, catalog: Catalog) -> Workload:
     try:
         return catalog.workloads[ref]
     except UnknownId as e:
-        raise InputError(str(e)) from None
+        raise InputError(str(e), suggestions=e.suggestions) from None
 
 
 def load_rack(ref: str | dict, catalog: Catalog) -> Rack:
@@ -230,7 +230,7 @@ def load_rack(ref: str | dict, catalog: Catalog) -> Rack:
     try:
         return catalog.racks[ref]
     except UnknownId as e:
-        raise InputError(str(e)) from None
+        raise InputError(str(e), suggestions=e.suggestions) from None
 
 
 def load_configuration(path_or_data: str | Path | dict, where: str | None = None) -> Configuration:

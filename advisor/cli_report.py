@@ -35,7 +35,14 @@ def register(app: typer.Typer) -> None:
 
         from advisor.settings_api import ApiSettings
 
-        s = ApiSettings()
+        from pydantic import ValidationError
+
+        from advisor.errors import describe_validation
+
+        try:
+            s = ApiSettings()
+        except ValidationError as e:  # e.g. ADVISOR_API_KEY set but empty: refuse to start rather than lock all
+            fail(describe_validation(e, "settings (ADVISOR_* environment variables)"))
         h, p = host or s.host, port if port is not None else s.port
         err.print(f"rack-advisor API on http://{h}:{p} (docs /docs), reports in {s.database}, "
                   f"{s.workers} solve {'processes' if s.solve_in == 'process' else 'threads'}"
