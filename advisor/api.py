@@ -411,8 +411,11 @@ class GuardMiddleware:
     Also the last resort for errors: an exception from the application before its answer started is answered 500
     with a problem document and not re-raised, so the server keeps the connection (keep-alive) usable."""
 
-    def __init__(self, app, settings: ApiSettings):
+    def __init__(self, app, settings: ApiSettings, json_paths: set[str]):
         self.app, self.settings = app, settings
+        self.json_paths = json_paths
+        """Paths whose POST takes a JSON body (filled by create_app once its routes exist); other paths are left
+        to the router (404, 405)."""
 
     async def _send(self, send, status: int, body: bytes, headers: list) -> None:
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -483,7 +486,7 @@ class GuardMiddleware:
                 problem(408, "body-timeout", f"request body not complete within {t:g} s",
                         [(["body"], f"not complete within {t:g} s")]), CLOSE))
         body = b"".join(chunks)
-        if scope["method"] in BODY_METHODS:
+        if scope["method"] in BODY_METHODS and scope["path"] in self.json_paths:
             if not is_json_media_type(headers.get("content-type")):
                 return await self._send(send, *_problem_message(problem(
                     415, "unsupported-media-type", "the request body must be JSON (Content-Type: application/json)",
@@ -539,7 +542,8 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
         description="Fill data-center racks for the most agentic AI tasks per hour: catalog, evaluate, optimize, "
                     "compare layouts A/B/hybrid, and self-contained HTML recommendation reports.",
     )
-    app.add_middleware(GuardMiddleware, settings=settings)
+    json_paths: set[str] = set()
+    app.add_middleware(GuardMiddleware, settings=settings, json_paths=json_paths)
 
     def pool() -> SolvePool:
         return state["pool"]
@@ -727,6 +731,7 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
         return Response(status_code=204)
 
     app.include_router(v1)
+    json_paths.update(r.path for r in app.routes if "POST" in getattr(r, "methods", ()))
 
     # document the API key in OpenAPI (the middleware enforces it), and errors as problem documents
     original_openapi = app.openapi

@@ -32,7 +32,7 @@ class Kind(str, Enum):
 
 
 def fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

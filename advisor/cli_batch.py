@@ -21,7 +21,7 @@ class Against(str, Enum):
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -74,9 +74,15 @@ def register(app: typer.Typer) -> None:
         workers: Optional[int] = WORKERS,
         scheduler: Optional[str] = SCHEDULER,
         retry_errors: bool = typer.Option(False, "--retry-errors", help="Solve again scenarios recorded as errors."),
+        strict: bool = typer.Option(False, "--strict", help="Exit 3 also when a row is solved but not optimal "
+                                                            "(infeasible, time limit)."),
         quiet: bool = QUIET,
     ) -> None:
-        """Solve every scenario x layout of a scenario file; reruns skip what is done."""
+        """Solve every scenario x layout of a scenario file; reruns skip what is done.
+
+        Exit codes: 0 every row solved; 3 some row failed (status error; each is listed with its reason) or, with
+        --strict, is not optimal; 2 bad input (unreadable scenario file, output folder not writable or in use by
+        another run); 130 interrupted."""
         from advisor.batch import run_batch
         from advisor.errors import InputError
 
@@ -91,6 +97,16 @@ def register(app: typer.Typer) -> None:
         if summary.stats.interrupted:
             err.print("interrupted: finished rows are saved; run the same command again to continue")
             raise typer.Exit(130)
+        for sc, lay, reason in summary.failed:
+            err.print(f"failed: {sc} / {lay}: {reason}", highlight=False, markup=False, soft_wrap=True)
+        if strict:
+            for sc, lay, status in summary.not_optimal:
+                err.print(f"not optimal: {sc} / {lay}: {status}", highlight=False, markup=False, soft_wrap=True)
+        if summary.failed or (strict and summary.not_optimal):
+            n = len(summary.failed) + (len(summary.not_optimal) if strict else 0)
+            err.print(f"{n} of {summary.stats.rows} rows did not solve" + (" optimally" if strict else "")
+                      + "; exit 3", highlight=False)
+            raise typer.Exit(3)
 
     @app.command("sweep")
     def sweep_cmd(

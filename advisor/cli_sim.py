@@ -18,7 +18,7 @@ err = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
