@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from advisor.api import create_app
-from advisor.settings_api import ApiSettings
-from advisor.store import ReportStore
+from advisor.api.app import create_app
+from advisor.api.settings import ApiSettings
+from advisor.api.store import ReportStore
 from api_server import MINI, ROOT
 
 QUICK_REPORT = {"workload": "agent", "rack": "r40", "layout": "a", "sensitivity": False, "time_limit_s": 10}

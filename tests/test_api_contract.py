@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from advisor.problems import PROBLEM_MEDIA_TYPE, TYPE_PREFIX
+from advisor.api.problems import PROBLEM_MEDIA_TYPE, TYPE_PREFIX
 from api_server import KeepAlive, Server
 
 CONFIG = {"servers": [{"chassis": "cpu1u", "cpu": "cpu-b", "count": 1}]}

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from advisor.batch import DB_NAME, LOCK_NAME, FolderBusy, FolderLock
-from advisor.batch_report import write_atomic
+from advisor.studies.batch import DB_NAME, LOCK_NAME, FolderBusy, FolderLock
+from advisor.studies.batch_report import write_atomic
 
 MINI = Path(__file__).parent / "data" / "mini"
 ADVISOR = Path(sys.executable).parent / "advisor"

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
-from advisor.formulation import Built, Problem
+from advisor.optimizer.formulation import Built, Problem
 from advisor.solver import LinearModel, Solution
 from advisor.solver.backends import OPTIMAL_GAP
 
