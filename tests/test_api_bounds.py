@@ -90,7 +90,7 @@ def test_an_empty_api_key_is_a_startup_error(tmp_path, key):
         ApiSettings(api_key=key)
     env = {k: v for k, v in os.environ.items() if not k.startswith("ADVISOR_")}
     env.update(ADVISOR_API_KEY=key, ADVISOR_DATABASE=str(tmp_path / "r.db"), PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-c", "from advisor.cli import main; main()", "serve", "--port", "0"], env=env, cwd=tmp_path,
+    p = subprocess.run([sys.executable, "-c", "from advisor.cli.main import main; main()", "serve", "--port", "0"], env=env, cwd=tmp_path,
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2
     assert "error:" in p.stderr and "api_key" in p.stderr and "Traceback" not in p.stderr

@@ -627,7 +627,7 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
         return Response(status_code=204)
 
     app.include_router(v1)
-    json_paths.update(r.path for r in app.routes if "POST" in getattr(r, "methods", ()))
+    json_paths.update(r.path for r in v1.routes if "POST" in getattr(r, "methods", ()))
 
     # document the API key in OpenAPI (the middleware enforces it), and errors as problem documents
     original_openapi = app.openapi

@@ -33,10 +33,9 @@ def register(app: typer.Typer) -> None:
         """Run the HTTP API (OpenAPI docs at /docs). Settings come from ADVISOR_* environment variables."""
         import uvicorn
 
-        from advisor.api.settings import ApiSettings
-
         from pydantic import ValidationError
 
+        from advisor.api.settings import ApiSettings
         from advisor.errors import describe_validation
 
         try:
