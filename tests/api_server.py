@@ -31,6 +31,7 @@ class Server:
     def __init__(self, workdir: Path, log_level: str = "warning", **settings):
         self.workdir, self.log_level = workdir, log_level
         self.settings = {"database": str(workdir / "advisor.db"), "catalog": str(MINI), **settings}
+        self.settings = {k: v for k, v in self.settings.items() if v is not None}  # catalog=None: the built-in one
         self.proc: subprocess.Popen | None = None
         self.port = 0
 
