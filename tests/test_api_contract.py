@@ -282,3 +282,15 @@ def test_openapi_documents_the_problem_shape(server):
                     assert list(resp["content"]) == [PROBLEM_MEDIA_TYPE], (path, method, code)
         if path.startswith("/v1/") and "post" in ops:
             assert {"400", "413", "415", "422", "500"} <= set(ops["post"]["responses"]), path
+
+
+def test_a_huge_unknown_id_is_not_reflected(server):
+    conn = KeepAlive(server)
+    try:
+        body = json.dumps({"workload": "w" * 500_000, "rack": "r40", "explain": False, "time_limit_s": 2}).encode()
+        status, headers, data = conn.request("POST", "/v1/optimize", body, JSON)
+        assert status == 422 and len(data) < 10_000
+        assert_problem(status, headers, data, ["body", "workload"])
+        still_alive(conn, headers)
+    finally:
+        conn.close()

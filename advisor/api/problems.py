@@ -76,10 +76,23 @@ class Problem(BaseModel):
     """Close matches for an unknown catalog id."""
 
 
+MAX_MESSAGE_CHARS = 2000
+"""Longest detail or msg in a problem: messages quote catalog ids and field names, and a hostile request could make
+them as long as its body (a 1 MB id); past this they are cut."""
+MAX_LOC_KEY_CHARS = 200
+"""Longest key in a `loc` path (keys come from the request; a real field name is under 40 characters)."""
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def problem(status: int, kind: str, detail: str, errors: Iterable[tuple[list, str]] = (),
             suggestions: list[str] | None = None) -> Problem:
-    return Problem(type=TYPE_PREFIX + kind, title=PROBLEM_TYPES[kind], status=status, detail=detail,
-                   errors=[FieldError(loc=list(loc), msg=msg) for loc, msg in errors], suggestions=suggestions)
+    errs = [FieldError(loc=[_cut(p, MAX_LOC_KEY_CHARS) if isinstance(p, str) else p for p in loc],
+                       msg=_cut(msg, MAX_MESSAGE_CHARS)) for loc, msg in errors]
+    return Problem(type=TYPE_PREFIX + kind, title=PROBLEM_TYPES[kind], status=status,
+                   detail=_cut(detail, MAX_MESSAGE_CHARS), errors=errs, suggestions=suggestions)
 
 
 def problem_bytes(p: Problem) -> bytes:
