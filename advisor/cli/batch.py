@@ -233,7 +233,6 @@ def register(app: typer.Typer) -> None:
         from advisor.studies.batch import Runner
         from advisor.studies.batch_report import svg_of
         from advisor.errors import InputError
-        from advisor.studies.scenarios import load_scenarios
         from advisor.studies.whatif import robustness, robustness_figure
 
         try:

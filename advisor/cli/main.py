@@ -11,7 +11,6 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from advisor.catalog import builtin_catalog
 from advisor.errors import InputError
 from advisor.cli.common import CATALOG_OPT, QUIET_OPT, check_sku_ids, cli_catalog, err, fail, inline_file_refs, out, progress
 from advisor.cli.render import print_evaluation

@@ -54,7 +54,7 @@ def simulate_cmd(
     catalog_dir: Optional[Path] = CATALOG_OPT,
 ) -> None:
     """Simulate a configuration (discrete-event, SimPy) and set it beside the closed form at the same operating point."""
-    from advisor.catalog import builtin_catalog, load_configuration
+    from advisor.catalog import load_configuration
     from advisor.service import resolve_inputs
     from advisor.simulation.des import SimSettings, auto_duration, build_model, closed_form_at, simulate_model
 
@@ -144,7 +144,7 @@ def fit_cmd(
     """Fit a workload profile from traces; prints each stage's share of task time with 95% CIs first."""
     import yaml
 
-    from advisor.catalog import builtin_catalog, load_workload
+    from advisor.catalog import load_workload
     from advisor.simulation.fit import fit_workload, read_traces, stage_shares
 
     cat = cli_catalog(catalog_dir)
@@ -199,7 +199,7 @@ def gen_traces_cmd(
     catalog_dir: Optional[Path] = CATALOG_OPT,
 ) -> None:
     """Write seeded synthetic traces (one span per stage occurrence) drawn from a workload profile."""
-    from advisor.catalog import builtin_catalog, load_workload
+    from advisor.catalog import load_workload
     from advisor.simulation.traces import generate_spans, write_spans
 
     cat = cli_catalog(catalog_dir)
