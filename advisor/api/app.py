@@ -13,6 +13,7 @@ import logging
 import math
 import re
 import time
+import warnings
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal, TypeVar
@@ -487,12 +488,8 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
 
     # unhandled exceptions are answered 500 by GuardMiddleware (a problem document; keep-alive stays usable)
 
-    @app.head("/healthz", tags=["health"], operation_id="healthHead", response_class=Response,
-              responses={200: {"description": "The server is up (no body)."}})
-    async def healthz_head() -> Response:
-        return Response(status_code=200)
-
-    @app.get("/healthz", response_model=Health, tags=["health"], operation_id="health")
+    @app.api_route("/healthz", methods=["GET", "HEAD"], response_model=Health, tags=["health"],
+                   operation_id="health", description="HEAD answers the same without a body (for load balancers).")
     async def healthz() -> Health:
         p = state.get("pool")
         return Health(status="ok", version=__version__, workers=settings.workers,
@@ -635,7 +632,12 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
     def openapi() -> dict:
         if app.openapi_schema:
             return app.openapi_schema
-        schema = original_openapi()
+        with warnings.catch_warnings():  # GET and HEAD /healthz share one route, hence one id: renamed below
+            warnings.filterwarnings("ignore", message="Duplicate Operation ID health")
+            schema = original_openapi()
+        head = schema["paths"].get("/healthz", {}).get("head")
+        if head is not None:
+            head["operationId"] = "healthHead"
         ref = {"$ref": "#/components/schemas/Problem"}
         for ops in schema.get("paths", {}).values():
             for op in ops.values():
