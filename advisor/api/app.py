@@ -553,9 +553,7 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
                                 disconnected=request.is_disconnected)
 
     @v1.post("/export", tags=["export"], operation_id="export", response_model=ExportOut,
-             responses={200: {"content": {"application/yaml": {"schema": {
-                 "description": "The artifact as YAML: Kubernetes manifests or Prometheus rule groups."}},
-                                          "text/plain": {"schema": {"type": "string"}}},
+             responses={200: {"content": {"application/yaml": {}, "text/plain": {}},  # multi-document YAML
                               "description": "The artifact: k8s and prometheus as YAML, slurm as a text bundle; "
                                              "with `Accept: application/json`, an ExportOut object that carries it."}})
     async def export_ep(req: ExportRequest, request: Request) -> Response:
