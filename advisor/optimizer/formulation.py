@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from advisor.optimizer.groups import group_of
 from advisor.optimizer.options import ServerOption
 from advisor.optimizer.settings import OptimizerSettings
 from advisor.optimizer.slo_curve import QueueCalls, curve, max_servers_bound, queue_calls
@@ -173,7 +174,7 @@ def throughput_upper_bound(p: Problem) -> float:
 
 def build(p: Problem, memory: bool = True) -> Built:
     """The MILP; `memory=False` leaves out sandbox memory (and the SKU choices it needs) for a first, easier solve."""
-    m = LinearModel("rack_advisor")
+    m = LinearModel("rack_advisor", check_group=group_of)
     n = add_server_vars(m, p)
     x = m.var("X", 0, None)
     x_ub = throughput_upper_bound(p)

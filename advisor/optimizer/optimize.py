@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from advisor.optimizer.groups import BUDGET_GROUPS, BUDGET_UNITS
 from advisor.optimizer.formulation import (Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound,
                                  power_terms, slo_queues)
 from advisor.optimizer.options import Layout, ServerOption, enumerate_options, prune_dominated
@@ -32,8 +33,6 @@ MATERIAL_GAIN = 1e-6
 tie-breaks may give up to `throughput_tie_tolerance` of throughput for lower power)."""
 RELAXES = {"hybrid": "b", "b": "a"}
 """Each layout's feasible set contains the one named here."""
-BUDGET_GROUPS = ("power", "cooling_air", "cooling_liquid", "space", "capital")
-BUDGET_UNITS = {"power": "W", "cooling_air": "W", "cooling_liquid": "W", "space": "U", "capital": "USD"}
 
 
 class ServerChoice(Frozen):
@@ -495,7 +494,8 @@ def _constraint_status(b: Built, p: Problem, sol: Solution) -> list[ConstraintSt
 
 def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clock: _Clock, layout: Layout,
                    x_best: float, explain_resolve: bool) -> list[ShadowPrice]:
-    from advisor.optimizer.rows import _lp, polish
+    from advisor.optimizer.rows import polish
+    from advisor.solver.highs import lp as _lp
 
     # The LP relaxation is solved in process by HiGHS whatever the backend: where budgets bind together (a rack's
     # power and air cooling, say) its duals are not unique, and CLP and GLOP put them on different budgets; CBC

@@ -23,7 +23,8 @@ from advisor.layouts import LAYOUT_COLORS, LAYOUT_NAMES, LAYOUTS, Outcome, best_
 from advisor.optimizer.compare import ChipVsRack, LayoutComparison, chip_vs_rack, compare_layouts
 from advisor.errors import InputError
 from advisor.operations import operating_thresholds
-from advisor.optimizer.optimize import BUDGET_GROUPS, OptimizeResult, optimize
+from advisor.optimizer.groups import BUDGET_GROUPS
+from advisor.optimizer.optimize import OptimizeResult, optimize
 from advisor.optimizer.options import Layout
 from advisor.optimizer.settings import OptimizerSettings
 from models.assumptions import ModelAssumptions
