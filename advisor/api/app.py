@@ -26,6 +26,7 @@ from fastapi.responses import HTMLResponse, PlainTextResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from advisor import __version__
 from advisor.api import jobs as api_jobs
@@ -474,7 +475,16 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
         kind = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http")
         detail = exc.detail if isinstance(exc.detail, str) else PROBLEM_TITLES_BY_STATUS.get(exc.status_code, "")
         errs = [(["path"], detail)] if exc.status_code == 404 else []
-        return problem_response(problem(exc.status_code, kind, detail, errs), headers=exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method of the path, not only those of the first route that matched it
+            allowed: set[str] = set()
+            for route in (*v1.routes, *app.routes):
+                methods = getattr(route, "methods", None)
+                if methods and hasattr(route, "matches") and route.matches(request.scope)[0] != Match.NONE:
+                    allowed |= methods
+            if allowed:
+                headers["Allow"] = ", ".join(sorted(allowed))
+        return problem_response(problem(exc.status_code, kind, detail, errs), headers=headers or None)
 
     @app.exception_handler(Busy)
     async def _busy(request: Request, exc: Busy):
