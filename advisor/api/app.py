@@ -476,12 +476,10 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
         detail = exc.detail if isinstance(exc.detail, str) else PROBLEM_TITLES_BY_STATUS.get(exc.status_code, "")
         errs = [(["path"], detail)] if exc.status_code == 404 else []
         headers = dict(exc.headers or {})
-        if exc.status_code == 405:  # every method of the path, not only those of the first route that matched it
-            allowed: set[str] = set()
-            for route in (*v1.routes, *app.routes):
-                methods = getattr(route, "methods", None)
-                if methods and hasattr(route, "matches") and route.matches(request.scope)[0] != Match.NONE:
-                    allowed |= methods
+        if exc.status_code == 405:  # every method of the path as documented, not only the first route's
+            routes = [r for r in (*v1.routes, *app.routes) if getattr(r, "methods", None) and hasattr(r, "matches")]
+            first = next((r for r in routes if r.matches(request.scope)[0] != Match.NONE), None)
+            allowed = {m for r in routes if first is not None and r.path == first.path for m in r.methods}
             if allowed:
                 headers["Allow"] = ", ".join(sorted(allowed))
         return problem_response(problem(exc.status_code, kind, detail, errs), headers=headers or None)
