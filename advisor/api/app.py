@@ -643,8 +643,9 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
             warnings.filterwarnings("ignore", message="Duplicate Operation ID health")
             schema = original_openapi()
         head = schema["paths"].get("/healthz", {}).get("head")
-        if head is not None:
+        if head is not None:  # the same answer without a body: nothing to parse
             head["operationId"] = "healthHead"
+            head["responses"]["200"] = {"description": "The server is up (no body)."}
         ref = {"$ref": "#/components/schemas/Problem"}
         for ops in schema.get("paths", {}).values():
             for op in ops.values():
