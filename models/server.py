@@ -23,7 +23,8 @@ class ServerProfile:
     gpus: int
     orchestration_cores_per_gpu: float
     power_w: float
-    """Provisioned power: base + sockets x CPU TDP + GPUs x GPU TDP."""
+    """Planned power: base + sockets x CPU TDP + GPUs x GPU TDP (nameplate), times the measured-peak fraction
+    where the rack plans on measured peak."""
     air_heat_w: float
     liquid_heat_w: float
     space_u: int
@@ -39,7 +40,11 @@ class ServerProfile:
     orchestration_tasks_per_core_s: float
     """Tasks/s one orchestration core of this CPU sustains (inf when the workload has no LLM calls)."""
     sandbox_memory_gb: float
-    """Host memory available to sandboxes (memory minus the OS reservation)."""
+    """Host memory available to sandboxes (memory minus the OS reservation of each of its hosts)."""
+    sandbox_disk_gb: float
+    """Local NVMe capacity available to sandboxes."""
+    io_mbps: float
+    """Local NVMe bandwidth for sandbox I/O (MB/s)."""
     price_usd: float | None
     """Capital cost: chassis + CPUs + GPUs + host memory (`models.tco.server_price`); None when a part is unpriced."""
     serving_key: str | None = None
@@ -48,6 +53,16 @@ class ServerProfile:
     @property
     def serving_tasks_per_s(self) -> float:
         return min(self.gpu_tasks_per_s, self.orchestration_tasks_per_s) if self.gpus else 0.0
+
+    @property
+    def disk_per_core_gb(self) -> float:
+        """Sandbox disk that comes with each core a tool queue gets (shared out by cores, as memory)."""
+        return self.sandbox_disk_gb / self.cores
+
+    @property
+    def io_mbps_per_core(self) -> float:
+        """Disk bandwidth that comes with each core a tool queue gets (shared out by cores, as memory)."""
+        return self.io_mbps / self.cores
 
     @property
     def memory_per_core_gb(self) -> float:
@@ -67,8 +82,11 @@ def server_profile(
     os_reserved_memory_gb: float,
     serving_key: str | None = None,
     costs: CostAssumptions | None = None,
+    power_fraction: float = 1.0,
 ) -> ServerProfile:
-    power = chassis.base_power_w + chassis.cpu_sockets * cpu.tdp_w + (gpus * gpu.tdp_w if gpu else 0.0)
+    """`power_fraction`: share of nameplate planned (`models.rack_physics.planning_power_fraction`)."""
+    power = (chassis.base_power_w + chassis.cpu_sockets * cpu.tdp_w + (gpus * gpu.tdp_w if gpu else 0.0)) \
+        * power_fraction
     liquid = power * chassis.liquid_capture_fraction
     cores = chassis.cpu_sockets * cpu.cores
     orch = orchestration_cores_per_gpu * gpus
@@ -102,7 +120,9 @@ def server_profile(
         gpu_tasks_per_s=gpu_tps,
         orchestration_tasks_per_s=orch_tps,
         orchestration_tasks_per_core_s=per_core,
-        sandbox_memory_gb=max(0.0, chassis.memory_gb - os_reserved_memory_gb),
+        sandbox_memory_gb=max(0.0, chassis.memory_gb - chassis.compute_trays * os_reserved_memory_gb),
+        sandbox_disk_gb=chassis.local_nvme_gb,
+        io_mbps=chassis.local_nvme_mbps,
         price_usd=price,
         serving_key=serving_key,
     )

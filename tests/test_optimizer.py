@@ -31,6 +31,7 @@ from oracle import (
     continuous_optimum_lp,
     oracle,
     random_instance,
+    rack_switch_of,
     rack_vectors,
     scaled_rack,
     tool_work_per_task,
@@ -52,20 +53,20 @@ def _seed_for(i: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _instance(seed: int, racks: int = 1):
-    return random_instance(seed, racks=racks, max_power_kw=30.0 if racks == 1 else 12.0)
+def _instance(seed: int, racks: int = 1, systems: bool = False):
+    return random_instance(seed, racks=racks, max_power_kw=30.0 if racks == 1 else 12.0, systems=systems)
 
 
 @functools.lru_cache(maxsize=None)
-def _solve(seed: int, layout: str, backend: str = "cbc", racks: int = 1):
-    inst = _instance(seed, racks)
+def _solve(seed: int, layout: str, backend: str = "cbc", racks: int = 1, systems: bool = False):
+    inst = _instance(seed, racks, systems)
     return optimize(inst.workload, inst.rack, inst.catalog, layout=layout, racks=racks, backend=backend,
                     explain=False)
 
 
 @functools.lru_cache(maxsize=None)
-def _oracle(seed: int, layout: str, racks: int = 1):
-    inst = _instance(seed, racks)
+def _oracle(seed: int, layout: str, racks: int = 1, systems: bool = False):
+    inst = _instance(seed, racks, systems)
     return oracle(inst.catalog, inst.workload, inst.rack, layout, racks=racks)
 
 
@@ -136,7 +137,7 @@ def test_oracle_greedy_matches_linprog(i):
     from oracle import candidate_options
 
     opts = candidate_options(inst.catalog, inst.workload, inst.rack, "hybrid")
-    vecs = rack_vectors(opts, inst.rack)
+    vecs = rack_vectors(opts, inst.rack, rack_switch_of(inst.catalog, inst.rack))
     step = max(1, len(vecs) // 25)
     for v in vecs[::step]:
         g = continuous_optimum(opts, v, inst.workload)
@@ -147,10 +148,11 @@ def test_oracle_greedy_matches_linprog(i):
 # ------------------------------------------------------------------------------------------ MILP against oracle
 
 
-def _check_against_oracle(seed: int, layout: str, backend: str = "cbc", racks: int = 1) -> None:
-    inst = _instance(seed, racks)
-    res = _solve(seed, layout, backend, racks)
-    orc = _oracle(seed, layout, racks)
+def _check_against_oracle(seed: int, layout: str, backend: str = "cbc", racks: int = 1,
+                          systems: bool = False) -> None:
+    inst = _instance(seed, racks, systems)
+    res = _solve(seed, layout, backend, racks, systems)
+    orc = _oracle(seed, layout, racks, systems)
     ctx = (f"seed={seed} layout={layout} backend={backend} racks={racks}: optimizer {res.throughput_tasks_per_hour!r} "
            f"({_describe(res)}), oracle {orc.tasks_per_hour!r} ({orc.counts}); status {res.status} gap {res.gap}")
     assert _close(res.throughput_tasks_per_hour, orc.tasks_per_hour), ctx
@@ -171,7 +173,7 @@ def _check_against_oracle(seed: int, layout: str, backend: str = "cbc", racks: i
         j = keys.index(_key(s))
         totals[j] += s.count
         per_rack.setdefault(s.rack, [0] * len(keys))[j] += s.count
-    feasible = set(rack_vectors(orc.options, inst.rack))
+    feasible = set(rack_vectors(orc.options, inst.rack, rack_switch_of(inst.catalog, inst.rack)))
     for r, v in per_rack.items():
         assert tuple(v) in feasible, (ctx, r, v)
     assert _close(continuous_optimum(orc.options, totals, inst.workload) * HOUR_S, orc.tasks_per_hour), ctx
@@ -181,6 +183,39 @@ def _check_against_oracle(seed: int, layout: str, backend: str = "cbc", racks: i
 @pytest.mark.parametrize("i", range(N_ORACLE))
 def test_optimum_matches_oracle(i, layout):
     _check_against_oracle(_seed_for(i), layout)
+
+
+N_SYSTEMS = 30
+
+
+@pytest.mark.parametrize("layout", ["hybrid", "b"])
+@pytest.mark.parametrize("i", range(N_SYSTEMS))
+def test_optimum_matches_oracle_with_systems(i, layout):
+    """Catalogs with a rack-scale system (whole units of several trays, one integer variable per rack): the MILP
+    finds the enumerated optimum, and what it places evaluates within budgets."""
+    _check_against_oracle(20000 + i, layout, systems=True)
+
+
+def test_systems_are_placed_whole_in_some_optimum():
+    """The system instances exercise the system variable: some optima place one or more whole systems, and never
+    a tray on its own."""
+    placed = 0
+    for i in range(N_SYSTEMS):
+        res = _solve(20000 + i, "hybrid", "cbc", 1, True)
+        assert all(s.chassis != "sys-tray" for s in res.servers)
+        placed += any(s.chassis == "rand-sys" for s in res.servers)
+    assert placed >= 3, placed
+
+
+@pytest.mark.parametrize("i", range(12))
+def test_backends_agree_with_systems(i):
+    seed = 20000 + i
+    cbc = _solve(seed, "hybrid", "cbc", 1, True)
+    ort = _solve(seed, "hybrid", "ortools", 1, True)
+    assert _solved(ort), (seed, ort.status, ort.gap, ort.message)
+    assert _close(cbc.throughput_tasks_per_hour, ort.throughput_tasks_per_hour), (
+        seed, cbc.throughput_tasks_per_hour, ort.throughput_tasks_per_hour, _describe(cbc), _describe(ort))
+    _check_against_oracle(seed, "hybrid", "ortools", systems=True)
 
 
 @pytest.mark.parametrize("i", range(12))

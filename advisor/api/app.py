@@ -43,7 +43,7 @@ from advisor.optimizer.optimize import OptimizeResult
 from advisor.report.html import ReportRequest
 from advisor.requests import ChipVsRackRequest, CompareRequest, EvaluateRequest, ExportRequest, OptimizeRequest
 from models.catalog import Catalog, UnknownId
-from models.hardware import Chassis, CpuSku, GpuSku, Rack
+from models.hardware import Chassis, CpuSku, GpuSku, Rack, RackSystem, Switch
 from models.pipeline import Evaluation
 from models.workload import ServedModel, Workload
 
@@ -56,7 +56,7 @@ DOCS_STATIC = "/docs-static"
 """Where /docs loads Swagger UI's script and style from: files of the fastapi-offline package, never a CDN."""
 CATALOG_KINDS: dict[str, type[BaseModel]] = {
     "cpus": CpuSku, "gpus": GpuSku, "chassis": Chassis, "racks": Rack, "workloads": Workload,
-    "served_models": ServedModel,
+    "served_models": ServedModel, "systems": RackSystem, "switches": Switch,
 }
 
 

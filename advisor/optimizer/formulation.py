@@ -7,8 +7,12 @@ Variables (X in tasks per hour):
   w[g]     binary   GPU SKU g is the one in use (only when a sandbox-memory limit makes the SKU matter)
   z[q,s]   binary   tool queue q runs on CPU SKU s (same condition)
   xg[g], xs[q,s] cont. throughput routed through GPU SKU g / through CPU SKU s in queue q
-Groups: power, cooling_air, cooling_liquid, space (per rack), gpu_serving, tool_cores:<q>, slo:<q> (tail-wait
-capacity curve), sandbox_memory:<q>, core_split, sku_choice, capital, required_throughput, gpu_first. docs/model.md states each in math.
+  k[r]     integer  top-of-rack switches in rack r (only when the rack names a tor_switch)
+Groups: power, power_feed, cooling_air, cooling_liquid, space, weight, network_ports (per rack), gpu_serving,
+tool_cores:<q>, slo:<q> (tail-wait capacity curve), sandbox_memory:<q>, sandbox_disk:<q>, io_bandwidth:<q>,
+core_split, sku_choice, capital, required_throughput, gpu_first (registered in advisor/optimizer/groups.py).
+docs/model.md states each in math. A rack-scale system is one option (one chassis made by RackSystem.as_chassis),
+so n[r,o] counts whole systems.
 """
 
 from __future__ import annotations
@@ -21,9 +25,10 @@ from advisor.optimizer.options import ServerOption
 from advisor.optimizer.settings import OptimizerSettings
 from advisor.optimizer.slo_curve import QueueCalls, curve, max_servers_bound, queue_calls
 from advisor.solver.linear import LinearModel, safe_name
-from models.hardware import Rack
+from models.hardware import Rack, Switch
+from models.rack_physics import downlinks
 from models.performance import GpuServing, cpu_call_seconds, stage_gpu_latency_s
-from models.workload import CpuStage, DelayStage, GpuStage, Workload
+from models.workload import CpuStage, DelayStage, GpuStage, IoStage, Workload
 
 HOUR_S = 3600.0
 
@@ -49,6 +54,8 @@ class Problem:
     with them (the optimizer adds them only when the evaluator finds a tail-wait bound below the answer)."""
     operating_tasks_per_hour: float | None = None
     """Tasks/h the configuration is to serve (a TCO objective's demand); None: the default operating point."""
+    switch: Switch | None = None
+    """The rack's top-of-rack switch (`models.rack_physics.rack_switch`); None: the rack names none."""
 
     def __post_init__(self) -> None:
         if not self.queue_names:
@@ -66,11 +73,16 @@ class Built:
     x_upper: float
     u: dict[int, str] = field(default_factory=dict)
     """Orchestration cores (all servers of an option) where the optimizer chooses them."""
+    k: dict[int, str] = field(default_factory=dict)
+    """Top-of-rack switches per rack (integer), where the rack names a switch and a server has NIC ports."""
 
 
-def _queue_coeffs(p: Problem):
-    """Per queue: reference core-seconds per task, and sandbox GB-seconds per task split by GPU SKU, CPU SKU, delay."""
+def _queue_coeffs(p: Problem, held: str = "sandbox_memory_gb"):
+    """Per queue: reference core-seconds per task, and sandbox GB-seconds per task split by GPU SKU, CPU SKU, delay
+    (delays and I/O stages, whose unloaded time is the same on every server); `held` names the class field
+    (sandbox memory or sandbox disk) whose GB a live task holds."""
     w = p.workload
+    stream = p.settings.assumptions.io_stream_mbps
     cls = {c.name: c for c in w.classes}
     cpu_skus = {o.profile.cpu.id: o.profile.cpu for o in p.options}
     work, mem_g, mem_s, mem_d = [], [], [], []
@@ -84,10 +96,10 @@ def _queue_coeffs(p: Problem):
             for st in c.stages:
                 if isinstance(st, CpuStage):
                     wk += c.share * st.count * st.core_seconds
-            if c.sandbox_memory_gb == 0:
+            if getattr(c, held) == 0:
                 continue
             for st in c.stages:
-                f = c.share * c.sandbox_memory_gb * st.count
+                f = c.share * getattr(c, held) * st.count
                 if isinstance(st, GpuStage):
                     for g, sv in p.servings.items():
                         mg[g] += f * stage_gpu_latency_s(st, w.served_model, sv)
@@ -96,11 +108,20 @@ def _queue_coeffs(p: Problem):
                         ms[s] += f * cpu_call_seconds(st, sku.per_core_perf)
                 elif isinstance(st, DelayStage):
                     md += f * st.seconds
+                elif isinstance(st, IoStage):
+                    md += f * st.io_mb / stream
         work.append(wk)
         mem_g.append(mg)
         mem_s.append(ms)
         mem_d.append(md)
     return work, mem_g, mem_s, mem_d
+
+
+def queue_io_mb(p: Problem) -> list[float]:
+    """Per queue: MB of sandbox I/O per task of the mix."""
+    cls = {c.name: c for c in p.workload.classes}
+    return [sum(cls[n].share * st.count * st.io_mb for n in q for st in cls[n].stages if isinstance(st, IoStage))
+            for q in p.partition]
 
 
 def per_rack_count_bound(o: ServerOption, rack: Rack) -> int:
@@ -110,7 +131,16 @@ def per_rack_count_bound(o: ServerOption, rack: Rack) -> int:
         bounds.append((rack.air_cooling_kw * 1000 - rack.reserved_power_w) // p.air_heat_w)
     if p.liquid_heat_w > 0:
         bounds.append((rack.liquid_cooling_kw * 1000) // p.liquid_heat_w)
+    if rack.usable_feed_w is not None:
+        bounds.append(rack.usable_feed_w // p.power_w)
+    if rack.usable_weight_kg is not None:
+        bounds.append(rack.usable_weight_kg // p.chassis.weight_kg)
     return int(max(0, min(bounds)))
+
+
+def switch_count_bound(p: Problem) -> int:
+    """Most top-of-rack switches one rack can hold (space alone; a valid bound)."""
+    return 0 if p.switch is None else p.rack.usable_u // p.switch.height_u
 
 
 def add_server_vars(m: LinearModel, p: Problem) -> dict[tuple[int, int], str]:
@@ -123,18 +153,40 @@ def add_server_vars(m: LinearModel, p: Problem) -> dict[tuple[int, int], str]:
     return n
 
 
-def add_rack_budgets(m: LinearModel, p: Problem, n) -> None:
-    """power, cooling_air, cooling_liquid, space: one constraint per rack each."""
+def add_switch_vars(m: LinearModel, p: Problem, n) -> dict[int, str]:
+    """k[r]: top-of-rack switches in rack r, where the rack names a switch and some server has NIC ports."""
+    if p.switch is None or not any(p.options[i].profile.chassis.network_ports for (_, i) in n):
+        return {}
+    return {r: m.var(f"k_r{r}", 0, switch_count_bound(p), integer=True) for r in range(p.racks)}
+
+
+def add_rack_budgets(m: LinearModel, p: Problem, n, k: dict[int, str] | None = None) -> None:
+    """power, power_feed, cooling_air, cooling_liquid, space, weight, network_ports: one constraint per rack each
+    (power_feed, weight and network_ports where the rack has a feed model, a weight limit, a switch)."""
     rk = p.rack
+    k = k or {}
+    sw = p.switch
     for r in range(p.racks):
         idx = [i for (rr, i) in n if rr == r]
-        m.add(f"power_r{r}", "power", {n[r, i]: p.options[i].profile.power_w for i in idx}, "<=", rk.usable_power_w)
-        m.add(f"cooling_air_r{r}", "cooling_air", {n[r, i]: p.options[i].profile.air_heat_w for i in idx}, "<=",
-              rk.air_cooling_kw * 1000 - rk.reserved_power_w)
+        ks = {k[r]: 1.0} if r in k else {}
+        power = {n[r, i]: p.options[i].profile.power_w for i in idx} | {v: sw.power_w for v in ks}
+        m.add(f"power_r{r}", "power", power, "<=", rk.usable_power_w)
+        if rk.usable_feed_w is not None:
+            m.add(f"power_feed_r{r}", "power_feed", dict(power), "<=", rk.usable_feed_w)
+        m.add(f"cooling_air_r{r}", "cooling_air", {n[r, i]: p.options[i].profile.air_heat_w for i in idx}
+              | {v: sw.power_w for v in ks}, "<=", rk.air_cooling_kw * 1000 - rk.reserved_power_w)
         liquid = {n[r, i]: p.options[i].profile.liquid_heat_w for i in idx if p.options[i].profile.liquid_heat_w > 0}
         if liquid:
             m.add(f"cooling_liquid_r{r}", "cooling_liquid", liquid, "<=", rk.liquid_cooling_kw * 1000)
-        m.add(f"space_r{r}", "space", {n[r, i]: p.options[i].profile.space_u for i in idx}, "<=", rk.usable_u)
+        m.add(f"space_r{r}", "space", {n[r, i]: p.options[i].profile.space_u for i in idx}
+              | {v: float(sw.height_u) for v in ks}, "<=", rk.usable_u)
+        if rk.usable_weight_kg is not None:
+            m.add(f"weight_r{r}", "weight", {n[r, i]: p.options[i].profile.chassis.weight_kg for i in idx}
+                  | {v: sw.weight_kg for v in ks}, "<=", rk.usable_weight_kg)
+        if ks:
+            ports = {n[r, i]: float(p.options[i].profile.chassis.network_ports) for i in idx
+                     if p.options[i].profile.chassis.network_ports}
+            m.add(f"network_ports_r{r}", "network_ports", ports | {k[r]: -float(downlinks(rk, sw))}, "<=", 0.0)
 
 
 def add_capital(m: LinearModel, p: Problem, n) -> None:
@@ -176,9 +228,10 @@ def build(p: Problem, memory: bool = True) -> Built:
     """The MILP; `memory=False` leaves out sandbox memory (and the SKU choices it needs) for a first, easier solve."""
     m = LinearModel("rack_advisor", check_group=group_of)
     n = add_server_vars(m, p)
+    k = add_switch_vars(m, p, n)
     x = m.var("X", 0, None)
     x_ub = throughput_upper_bound(p)
-    add_rack_budgets(m, p, n)
+    add_rack_budgets(m, p, n, k)
     add_capital(m, p, n)
     count = {}  # option -> {n var: 1} across racks
     for (r, i), v in n.items():
@@ -206,8 +259,13 @@ def build(p: Problem, memory: bool = True) -> Built:
         m.add("gpu_serving", "gpu_serving", terms, "<=", 0.0)
 
     work, mem_g, mem_s, mem_d = _queue_coeffs(p)
-    needs_choice = memory and any(md > 0 or any(mg.values()) or any(ms.values())
-                                  for mg, ms, md in zip(mem_g, mem_s, mem_d))
+    _, disk_g, disk_s, disk_d = _queue_coeffs(p, "sandbox_disk_gb")
+    io_mb = queue_io_mb(p)
+
+    def holds(qi: int) -> bool:  # the queue's live tasks hold memory or disk
+        return bool(mem_d[qi] > 0 or any(mem_g[qi].values()) or any(mem_s[qi].values())
+                    or disk_d[qi] > 0 or any(disk_g[qi].values()) or any(disk_s[qi].values()))
+    needs_choice = memory and any(holds(qi) for qi in range(len(p.partition)))
     y: dict[tuple[int, int], str] = {}
     for qi, q in enumerate(p.partition):
         for i, o in enumerate(p.options):
@@ -226,6 +284,10 @@ def build(p: Problem, memory: bool = True) -> Built:
             terms = {y[i, q2]: -p.options[i].profile.per_core_perf for (i, q2) in y if q2 == qi}
             terms[x] = work[qi] / HOUR_S
             m.add(safe_name(f"tool_cores_{qname}"), f"tool_cores:{qname}", terms, "<=", 0.0)
+        if io_mb[qi] > 0:
+            terms = {y[i, q2]: -p.options[i].profile.io_mbps_per_core for (i, q2) in y if q2 == qi}
+            terms[x] = io_mb[qi] / HOUR_S
+            m.add(safe_name(f"io_bandwidth_{qname}"), f"io_bandwidth:{qname}", terms, "<=", 0.0)
     if p.slo_curves:
         add_slo_curves(m, p, y, x, count)
 
@@ -243,7 +305,7 @@ def build(p: Problem, memory: bool = True) -> Built:
                     if p.options[i].serving_key == g:
                         m.add(f"gpu_sku_n_{v}", "sku_choice", {v: 1.0, w_[g]: -m.vars[v].ub}, "<=", 0.0)
         for qi, qname in enumerate(p.queue_names):
-            if not (mem_d[qi] > 0 or any(mem_g[qi].values()) or any(mem_s[qi].values())):
+            if not holds(qi):
                 continue
             z = {s: m.var(safe_name(f"z_q{qi}_{s}"), 0, 1, integer=True) for s in cpu_ids}
             xs = {s: m.var(safe_name(f"xs_q{qi}_{s}"), 0, None) for s in cpu_ids}
@@ -256,23 +318,27 @@ def build(p: Problem, memory: bool = True) -> Built:
                     o = p.options[i]
                     big = o.profile.tool_cores * sum(m.vars[c].ub for c in count[i])
                     m.add(f"cpu_sku_{v}", "sku_choice", {v: 1.0, z[o.profile.cpu.id]: -big}, "<=", 0.0)
-            terms: dict[str, float] = {y[i, q2]: -p.options[i].profile.memory_per_core_gb for (i, q2) in y
-                                       if q2 == qi}
-            for g, coef in mem_g[qi].items():
-                if coef and has_llm:
-                    terms[xg[g]] = coef / HOUR_S
-            for s, coef in mem_s[qi].items():
-                if coef:
-                    terms[xs[s]] = coef / HOUR_S
-            if mem_d[qi]:
-                terms[x] = terms.get(x, 0.0) + mem_d[qi] / HOUR_S
-            m.add(safe_name(f"sandbox_memory_{qname}"), f"sandbox_memory:{qname}", terms, "<=", 0.0)
+            for kind, per_core, cg, cs, cd in (("memory", "memory_per_core_gb", mem_g, mem_s, mem_d),
+                                               ("disk", "disk_per_core_gb", disk_g, disk_s, disk_d)):
+                if not (cd[qi] > 0 or any(cg[qi].values()) or any(cs[qi].values())):
+                    continue
+                terms: dict[str, float] = {y[i, q2]: -getattr(p.options[i].profile, per_core) for (i, q2) in y
+                                           if q2 == qi}
+                for g, coef in cg[qi].items():
+                    if coef and has_llm:
+                        terms[xg[g]] = coef / HOUR_S
+                for s, coef in cs[qi].items():
+                    if coef:
+                        terms[xs[s]] = coef / HOUR_S
+                if cd[qi]:
+                    terms[x] = terms.get(x, 0.0) + cd[qi] / HOUR_S
+                m.add(safe_name(f"sandbox_{kind}_{qname}"), f"sandbox_{kind}:{qname}", terms, "<=", 0.0)
 
     if p.required_tasks_per_hour is not None:
         m.add("required_throughput", "required_throughput", {x: 1.0}, ">=", p.required_tasks_per_hour)
     m.objective = {x: 1.0}
     m.maximize = True
-    return Built(m, n, y, x, needs_choice, x_ub, u)
+    return Built(m, n, y, x, needs_choice, x_ub, u, k)
 
 
 def slo_queues(p: Problem) -> list[tuple[int, str, list[float], list[QueueCalls]]]:
@@ -343,7 +409,11 @@ def add_slo_curves(m: LinearModel, p: Problem, y, x: str, count) -> None:
 
 
 def power_terms(b: Built, p: Problem) -> dict[str, float]:
-    return {v: p.options[i].profile.power_w for (_, i), v in b.n.items()}
+    """Power of the servers and of the top-of-rack switches."""
+    terms = {v: p.options[i].profile.power_w for (_, i), v in b.n.items()}
+    if p.switch is not None:
+        terms.update({v: p.switch.power_w for v in b.k.values()})
+    return terms
 
 
 def cost_terms(b: Built, p: Problem) -> dict[str, float]:
