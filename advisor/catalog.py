@@ -238,7 +238,7 @@ def load_workload(ref: str | dict, catalog: Catalog) -> Workload:
     try:
         return catalog.workloads[ref]
     except UnknownId as e:
-        raise InputError(str(e)) from None
+        raise InputError(str(e), suggestions=e.suggestions) from None
 
 
 def load_rack(ref: str | dict, catalog: Catalog) -> Rack:
@@ -257,10 +257,47 @@ def load_rack(ref: str | dict, catalog: Catalog) -> Rack:
     try:
         return catalog.racks[ref]
     except UnknownId as e:
-        raise InputError(str(e)) from None
+        raise InputError(str(e), suggestions=e.suggestions) from None
 
 
-def load_configuration(path_or_data: str | Path | dict, where: str | None = None) -> Configuration:
+def configuration_data(data: Any, where: str, layout: str | None = None) -> Any:
+    """The configuration inside what the user gave: a configuration as it is; an optimize answer (its
+    `configuration`); a compare answer (the configuration of `layout`, default its best layout) or one layout of
+    it. Only the configuration is validated (and bounded), never the figures the optimizer computed around it."""
+    if not isinstance(data, dict):
+        return data
+    if isinstance(data.get("results"), list) and "best_layout" in data:  # a compare answer
+        pick = layout or data.get("best_layout")
+        for r in data["results"]:
+            if isinstance(r, dict) and r.get("layout") == pick:
+                return configuration_data(r, f"{where}: layout {pick}")
+        have = ", ".join(str(r.get("layout")) for r in data["results"] if isinstance(r, dict))
+        raise InputError(f"{where}: this compare answer has no layout {pick!r} (it has {have})")
+    if layout is not None and data.get("layout") != layout:
+        raise InputError(f"{where}: --layout {layout} picks a layout of a compare answer; this file is not one"
+                         + (f" (it is layout {data['layout']})" if isinstance(data.get("layout"), str) else ""))
+    if "configuration" in data and "status" in data:  # an optimize answer, or one layout of a compare answer
+        cfg = data["configuration"]
+        if not isinstance(cfg, dict):
+            raise InputError(f"{where}: this answer has no configuration (status {data.get('status')!r}: "
+                             f"{str(data.get('message') or '')[:200]})")
+        return cfg
+    return data
+
+
+def _relative_refs(cfg: Configuration, base_dir: Path) -> Configuration:
+    """Workload and rack files named in a configuration file are relative to that file's folder."""
+    update = {}
+    for k in ("workload", "rack"):
+        ref = getattr(cfg, k)
+        if isinstance(ref, str) and _is_file_ref(ref) and not Path(ref).is_absolute():
+            update[k] = str((base_dir / ref).resolve())
+    return cfg.model_copy(update=update) if update else cfg
+
+
+def load_configuration(path_or_data: str | Path | dict, where: str | None = None,
+                       layout: str | None = None) -> Configuration:
+    base_dir = None
     if isinstance(path_or_data, dict):
         data, where = path_or_data, where or "configuration"
     else:
@@ -268,7 +305,10 @@ def load_configuration(path_or_data: str | Path | dict, where: str | None = None
             raise InputError("configuration: give an inline object (this service does not read files named in "
                              "requests)")
         data, where = read_yaml(Path(path_or_data)), str(path_or_data)
+        base_dir = Path(path_or_data).resolve().parent
+    data = configuration_data(data, where, layout)
     try:
-        return Configuration.model_validate(data)
+        cfg = Configuration.model_validate(data)
     except ValidationError as err:
         raise InputError(describe_validation(err, where)) from None
+    return _relative_refs(cfg, base_dir) if base_dir is not None else cfg

@@ -72,6 +72,29 @@ class CompareRequest(_SolveRequest):
     """Shadow prices and what-it-takes re-solves for every layout (slower)."""
 
 
+class ChipVsRackRequest(_Request):
+    """Per-chip ratio against the rack-level throughput ratio for two CPU or two GPU SKUs under the same budgets."""
+
+    kind: Literal["cpu", "gpu"]
+    """Compare two GPU SKUs or two CPU SKUs."""
+    a: str
+    """First SKU id (the ratios are b over a)."""
+    b: str
+    """Second SKU id."""
+    workload: str | dict[str, Any]
+    """Workload preset id or inline object."""
+    rack: str | dict[str, Any]
+    """Rack profile id or inline object."""
+    layout: Layout = "hybrid"
+    racks: int = Field(default=1, ge=1, le=MAX_RACKS)
+    """Racks in the row, each with the profile's budgets."""
+    solver: Literal["cbc", "ortools"] = "cbc"
+    time_limit_s: float | None = Field(default=None, gt=0)
+    """Solver time limit per side (capped by the server's time_limit_cap_s; omitted: the cap)."""
+    assumptions: ModelAssumptions | None = None
+    """Model assumptions to override."""
+
+
 class ExportRequest(_Request):
     """An operations artifact (Kubernetes manifests, Slurm bundle, Prometheus rules) for a configuration, or for the
     optimizer's answer to the same inputs as /v1/optimize when no configuration is given."""

@@ -23,9 +23,9 @@ def resolve_inputs(
     wref = workload if workload is not None else config.workload
     rref = rack if rack is not None else config.rack
     if wref is None:
-        raise InputError("no workload: give --workload or set `workload:` in the configuration")
+        raise InputError("no workload: give one, or set `workload:` in the configuration", loc=("body", "workload"))
     if rref is None:
-        raise InputError("no rack: give --rack or set `rack:` in the configuration")
+        raise InputError("no rack: give one, or set `rack:` in the configuration", loc=("body", "rack"))
     w = wref if isinstance(wref, Workload) else load_workload(wref, catalog)
     r = rref if isinstance(rref, Rack) else load_rack(rref, catalog)
     return w, r

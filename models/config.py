@@ -1,5 +1,7 @@
 """A concrete rack configuration: which servers, how their cores are split, which queue serves which class."""
 
+from typing import Any
+
 from pydantic import Field, model_validator
 
 from models.base import Input
@@ -73,10 +75,12 @@ class Configuration(Input):
 
     name: str = "configuration"
     """Label for reports."""
-    workload: str | None = None
-    """Workload preset id or file this configuration is meant for (the CLI flag overrides it)."""
-    rack: str | None = None
-    """Rack profile id or file (the CLI flag overrides it)."""
+    workload: str | dict[str, Any] | None = None
+    """Workload preset id, file (relative to the configuration file's folder) or inline object this configuration
+    is meant for (the CLI flag overrides it)."""
+    rack: str | dict[str, Any] | None = None
+    """Rack profile id, file (relative to the configuration file's folder) or inline object (the CLI flag
+    overrides it)."""
     racks: int = Field(default=1, gt=0, le=MAX_ROW_RACKS)
     """Racks in the row; server groups name their rack index."""
     servers: list[ServerGroup] = Field(min_length=1)

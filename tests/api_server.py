@@ -31,6 +31,7 @@ class Server:
     def __init__(self, workdir: Path, log_level: str = "warning", **settings):
         self.workdir, self.log_level = workdir, log_level
         self.settings = {"database": str(workdir / "advisor.db"), "catalog": str(MINI), **settings}
+        self.settings = {k: v for k, v in self.settings.items() if v is not None}  # catalog=None: the built-in one
         self.proc: subprocess.Popen | None = None
         self.port = 0
 
@@ -78,3 +79,29 @@ class Server:
 
     def client(self, **kw) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=kw.pop("timeout", 120.0), **kw)
+
+
+class KeepAlive:
+    """One HTTP/1.1 connection to a server, never reopened behind the caller's back (http.client would): each
+    request says whether it went over the same socket as the one before, and whether the server asked to close."""
+
+    def __init__(self, server: "Server", timeout: float = 120.0):
+        import http.client
+
+        self.conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)
+        self.conn.connect()
+        self.port = self.conn.sock.getsockname()[1]
+
+    def request(self, method: str, path: str, body: bytes | None = None,
+                headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+        if self.conn.sock is None:
+            raise ConnectionError("the connection was closed")
+        if self.conn.sock.getsockname()[1] != self.port:
+            raise ConnectionError("not the same connection")
+        self.conn.request(method, path, body=body, headers=headers or {})
+        r = self.conn.getresponse()
+        data = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+
+    def close(self) -> None:
+        self.conn.close()

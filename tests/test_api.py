@@ -69,6 +69,7 @@ def test_catalog_unknown_id_404_with_suggestion(client):
     r = client.get("/v1/catalog/racks/r4")
     assert r.status_code == 404
     assert "r40" in r.json()["suggestions"] and "did you mean" in r.json()["detail"]
+    assert r.json()["errors"][0]["loc"] == ["path", "entry_id"]
     assert client.get("/v1/catalog/nonsense").status_code == 404
 
 
@@ -97,14 +98,14 @@ def test_evaluate_service_error_is_422_with_message(client):
 def test_validation_422_has_field_paths(client):
     r = client.post("/v1/optimize", json={"workload": "agent", "rack": "r40", "racks": 0, "layout": "q"})
     assert r.status_code == 422
-    locs = [tuple(e["loc"]) for e in r.json()["detail"]]
+    locs = [tuple(e["loc"]) for e in r.json()["errors"]]
     assert ("body", "racks") in locs and ("body", "layout") in locs
     cfg = {"servers": [{"chassis": "gpu4", "cpu": "cpu-a", "count": 0}]}
     r = client.post("/v1/evaluate", json={"configuration": cfg, "workload": "agent", "rack": "r40"})
     assert r.status_code == 422
-    assert ("body", "configuration", "servers", 0, "count") in [tuple(e["loc"]) for e in r.json()["detail"]]
+    assert ("body", "configuration", "servers", 0, "count") in [tuple(e["loc"]) for e in r.json()["errors"]]
     r = client.post("/v1/compare", json={"workload": "agent", "rack": "r40", "typo": 1})
-    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "typo"]
+    assert r.status_code == 422 and r.json()["errors"][0]["loc"] == ["body", "typo"]
     r = client.post("/v1/reports", json={"workload": "agent", "rack": "r40", "layout": "a", "compare": True})
     assert r.status_code == 422
 
@@ -244,4 +245,4 @@ def test_report_bad_input_is_422(client):
     r = client.post("/v1/reports", json={"workload": "nope", "rack": "r40", "sensitivity": False})
     assert r.status_code == 422 and "unknown workload" in r.json()["detail"]
     r = client.post("/v1/reports", json={"workload": "agent", "rack": "r40", "power_factors": [-1, 1]})
-    assert r.status_code == 422 and r.json()["detail"][0]["loc"][:2] == ["body", "power_factors"]
+    assert r.status_code == 422 and r.json()["errors"][0]["loc"][:2] == ["body", "power_factors"]

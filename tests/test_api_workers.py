@@ -3,6 +3,7 @@ replaced (its request answers 500, the next one is served), and stopping or kill
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -12,8 +13,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from advisor.api.problems import PROBLEM_MEDIA_TYPE, TYPE_PREFIX
 from advisor.api.settings import ApiSettings
-from api_server import SLOW_REPORT, Server
+from api_server import SLOW_REPORT, KeepAlive, Server
 
 QUICK = {"workload": "agent", "rack": "r40", "explain": False}
 WAIT_S = 30.0
@@ -90,7 +92,9 @@ def test_a_worker_that_dies_is_replaced(server):
     with server.client() as c:
         (first,) = workers_of(server.proc.pid)
         got: dict = {}
-        t = threading.Thread(target=lambda: got.update(r=server.client().post("/v1/reports", json=SLOW_REPORT)))
+        conn = KeepAlive(server)
+        t = threading.Thread(target=lambda: got.update(r=conn.request(
+            "POST", "/v1/reports", json.dumps(SLOW_REPORT).encode(), {"Content-Type": "application/json"})))
         t.start()
         assert wait_for(c, lambda h: h["busy"] == 1)["busy"] == 1
         # killed once it has taken the job (it uses CPU): a worker that dies before that is replaced, and the job
@@ -101,7 +105,13 @@ def test_a_worker_that_dies_is_replaced(server):
             time.sleep(0.05)
         os.kill(first, signal.SIGKILL)
         t.join(WAIT_S)
-        assert got["r"].status_code == 500 and got["r"].json() == {"detail": "internal error"}
+        status, headers, body = got["r"]
+        assert status == 500 and headers["content-type"] == PROBLEM_MEDIA_TYPE
+        assert json.loads(body) == {"type": TYPE_PREFIX + "internal", "title": "Internal error", "status": 500,
+                                    "detail": "internal error", "errors": []}
+        # the 500 leaves the keep-alive connection usable (it used to be reset)
+        assert conn.request("GET", "/healthz")[0] == 200
+        conn.close()
         h = wait_for(c, lambda h: h["busy"] == 0)
         assert h["busy"] == 0 and h["workers_replaced"] == 1, h
         (second,) = workers_of(server.proc.pid)

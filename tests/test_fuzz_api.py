@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
 
 from advisor.api.app import create_app
+from advisor.api.problems import TYPE_PREFIX
 from advisor.api.settings import ApiSettings
 from api_server import Server
 
@@ -122,16 +123,18 @@ def _repair(body: Any, path: str) -> Any:
 
 
 def _names_the_problem(status: int, body: Any) -> bool:
-    if not isinstance(body, dict) or not body.get("detail"):
+    """An RFC 9457 problem document (advisor/problems.py); a 422 names each field at fault with its path, and an
+    input error raised past validation names a documented field or a catalog id."""
+    if not isinstance(body, dict) or not body.get("detail") or body.get("status") != status \
+            or not str(body.get("type", "")).startswith(TYPE_PREFIX) or not body.get("title"):
         return False
-    detail = body["detail"]
     if status != 422:
         return True
-    if isinstance(detail, list):  # request validation: each error has its field path
-        return all(isinstance(e, dict) and e.get("loc") and e.get("msg") for e in detail)
-    # an input error raised past validation names the field it is about (or is an unknown catalog id)
-    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", detail)) if isinstance(detail, str) else set()
-    return bool(words & FIELD_NAMES) or "unknown" in words
+    errors = body.get("errors")
+    if not errors or not all(isinstance(e, dict) and e.get("loc") and e.get("msg") for e in errors):
+        return False
+    named = {str(p) for e in errors for p in e["loc"]} | set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", body["detail"]))
+    return bool(named & FIELD_NAMES) or "unknown" in named or any(e["loc"] == ["body"] for e in errors)
 
 
 @SCHEMA.parametrize()

@@ -9,30 +9,39 @@ that cannot get a slot within settings.queue_wait_s is answered 503 with Retry-A
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import math
+import re
 import time
+import warnings
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, Awaitable, Callable, Literal, TypeVar
 
 import anyio
-from fastapi import APIRouter, FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, PlainTextResponse
+from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from advisor import __version__
 from advisor.api import jobs as api_jobs
-from advisor.cancel import CancelToken, Cancelled, cancellable
-from advisor.catalog import builtin_catalog, catalog_refs_only, load_catalog
-from advisor.optimizer.compare import LayoutComparison
-from advisor.errors import InputError
-from advisor.optimizer.optimize import OptimizeResult
-from advisor.report.html import ReportRequest
-from advisor.requests import CompareRequest, EvaluateRequest, ExportRequest, OptimizeRequest
+from advisor.api.problems import (PROBLEM_MEDIA_TYPE, BodyProblem, Problem, check_json_body, is_json_media_type,
+                                  loc_text, problem, problem_bytes)
 from advisor.api.settings import ApiSettings
 from advisor.api.store import ReportStore
 from advisor.api.workers import WorkerDied, WorkerProcesses
+from advisor.cancel import CancelToken, Cancelled, cancellable
+from advisor.catalog import builtin_catalog, catalog_refs_only, load_catalog
+from advisor.errors import InputError
+from advisor.optimizer.compare import ChipVsRack, LayoutComparison
+from advisor.optimizer.optimize import OptimizeResult
+from advisor.report.html import ReportRequest
+from advisor.requests import ChipVsRackRequest, CompareRequest, EvaluateRequest, ExportRequest, OptimizeRequest
 from models.catalog import Catalog, UnknownId
 from models.hardware import Chassis, CpuSku, GpuSku, Rack, RackSystem, Switch
 from models.pipeline import Evaluation
@@ -43,6 +52,8 @@ T = TypeVar("T")
 API_KEY_HEADER = "X-API-Key"
 OPEN_PATHS = ("/healthz",)
 """Paths that never need the API key."""
+DOCS_STATIC = "/docs-static"
+"""Where /docs loads Swagger UI's script and style from: files of the fastapi-offline package, never a CDN."""
 CATALOG_KINDS: dict[str, type[BaseModel]] = {
     "cpus": CpuSku, "gpus": GpuSku, "chassis": Chassis, "racks": Rack, "workloads": Workload,
     "served_models": ServedModel, "systems": RackSystem, "switches": Switch,
@@ -54,17 +65,44 @@ CATALOG_KINDS: dict[str, type[BaseModel]] = {
 class ReportCreated(BaseModel):
     id: str
     url: str
-    """The HTML report."""
+    """The HTML report: relative to the API's root (`/v1/reports/ID`), or absolute from the server's
+    public_base_url setting."""
     json_url: str
-    """The report's figures as JSON."""
+    """The report's figures as JSON (relative or absolute as `url`)."""
     created: str
+    """UTC, ISO 8601."""
 
 
 class StoredReportOut(BaseModel):
+    """A stored report: the request it answered and its figures."""
+
     id: str
     created: str
-    request: dict[str, Any]
+    """UTC, ISO 8601."""
+    request: ReportRequest
+    """The request as the server ran it (time limits after the server's caps)."""
     result: dict[str, Any]
+    """The report's figures: the same data the HTML page shows (recommendation, layouts, sweeps, operations)."""
+
+
+class ReportSummary(BaseModel):
+    id: str
+    created: str
+    """UTC, ISO 8601."""
+    url: str
+    json_url: str
+
+
+class ReportPage(BaseModel):
+    """One page of stored reports, newest first."""
+
+    items: list[ReportSummary]
+    total: int
+    """Stored reports in all."""
+    limit: int
+    offset: int
+    next_offset: int | None
+    """Offset of the next page; null on the last page."""
 
 
 class Health(BaseModel):
@@ -85,16 +123,24 @@ class Health(BaseModel):
     """Worker processes since start that died during a job and were replaced (that job answered 500)."""
 
 
-class ErrorOut(BaseModel):
-    detail: Any
-    suggestions: list[str] | None = None
-
-
-ERRORS = {400: {"model": ErrorOut, "description": "The body is not JSON, or Content-Length is not a number."},
-          401: {"model": ErrorOut}, 403: {"model": ErrorOut}, 413: {"model": ErrorOut},
-          422: {"model": ErrorOut, "description": "Invalid input; the message (or each error's `loc`) names the field."},
-          503: {"model": ErrorOut, "description": "No solve slot within queue_wait_s; see Retry-After.",
-                "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait."}}}}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": Problem, "description": "The body is not JSON, nests too deeply, or Content-Length is not a "
+                                           "number."},
+    401: {"model": Problem, "description": "API key missing."}, 403: {"model": Problem,
+                                                                     "description": "API key not accepted."},
+    408: {"model": Problem, "description": "The body did not arrive within body_read_timeout_s (the connection is "
+                                           "closed)."},
+    413: {"model": Problem, "description": "Body larger than max_body_bytes."},
+    415: {"model": Problem, "description": "A body that is not `application/json`."},
+    422: {"model": Problem, "description": "Invalid input: each of `errors` names a field (`loc`) and what is "
+                                           "wrong with it; non-finite, out-of-range numbers and repeated keys "
+                                           "included."},
+    500: {"model": Problem, "description": "Internal error (no details; the server logs them)."},
+    503: {"model": Problem, "description": "No solve slot within queue_wait_s; see Retry-After.",
+          "headers": {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds to wait."}}}}
+"""Error answers every /v1 route may give, all RFC 9457 problem documents."""
+BODY_METHODS = ("POST",)
+"""Methods whose body the API reads (the only one its routes take); others are answered by the routes (405)."""
 DISCONNECT_POLL_S = 0.05
 """How often a request waiting for a solve slot checks whether its client is still there."""
 
@@ -240,19 +286,34 @@ class SolvePool:
 
 # ------------------------------------------------------------------------------------------------------ middleware
 
-def _plain(status: int, detail: str, headers: dict[str, str] | None = None) -> tuple[int, bytes, list]:
-    body = json.dumps({"detail": detail}).encode()
-    hs = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+def _problem_message(p: Problem, headers: dict[str, str] | None = None) -> tuple[int, bytes, list]:
+    body = problem_bytes(p)
+    hs = [(b"content-type", PROBLEM_MEDIA_TYPE.encode()), (b"content-length", str(len(body)).encode())]
     hs += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
-    return status, body, hs
+    return p.status, body, hs
+
+
+def problem_response(p: Problem, headers: dict[str, str] | None = None) -> Response:
+    return Response(problem_bytes(p), status_code=p.status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
+
+
+CLOSE = {"Connection": "close"}
 
 
 class GuardMiddleware:
-    """API key check (all paths but /healthz) and request body limit (Content-Length and the streamed body),
-    before the application sees the request. The body is buffered (it is at most max_body_bytes)."""
+    """Everything a request passes before the application sees it, each refusal a problem document: the API key
+    (all paths but /healthz); the body's size (Content-Length and the streamed body), the time it takes to arrive,
+    its media type (JSON) and its content (check_json_body: syntax, depth, repeated keys, non-finite and
+    out-of-range numbers). The body is buffered (it is at most max_body_bytes).
 
-    def __init__(self, app, settings: ApiSettings):
+    Also the last resort for errors: an exception from the application before its answer started is answered 500
+    with a problem document and not re-raised, so the server keeps the connection (keep-alive) usable."""
+
+    def __init__(self, app, settings: ApiSettings, json_paths: set[str]):
         self.app, self.settings = app, settings
+        self.json_paths = json_paths
+        """Paths whose POST takes a JSON body (filled by create_app once its routes exist); other paths are left
+        to the router (404, 405)."""
 
     async def _send(self, send, status: int, body: bytes, headers: list) -> None:
         await send({"type": "http.response.start", "status": status, "headers": headers})
@@ -261,40 +322,78 @@ class GuardMiddleware:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        started = False
+
+        async def tracked_send(msg):
+            nonlocal started
+            if msg["type"] == "http.response.start":
+                started = True
+            await send(msg)
+
+        try:
+            return await self._guarded(scope, receive, tracked_send)
+        except Exception:
+            if started:
+                raise
+            log.exception("unhandled error on %s %s", scope.get("method"), scope.get("path"))
+            return await self._send(send, *_problem_message(problem(500, "internal", "internal error")))
+
+    async def _guarded(self, scope, receive, send):
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
         key = self.settings.api_key
         if key is not None and scope["path"] not in OPEN_PATHS:
             given = headers.get(API_KEY_HEADER.lower())
             if not given:
-                return await self._send(send, *_plain(401, f"missing API key (header {API_KEY_HEADER})",
-                                                      {"WWW-Authenticate": API_KEY_HEADER}))
+                return await self._send(send, *_problem_message(
+                    problem(401, "unauthorized", f"missing API key (header {API_KEY_HEADER})",
+                            [(["header", API_KEY_HEADER], "missing")]), {"WWW-Authenticate": API_KEY_HEADER}))
             if not hmac.compare_digest(given.encode(), key.get_secret_value().encode()):
-                return await self._send(send, *_plain(403, "invalid API key"))
+                return await self._send(send, *_problem_message(
+                    problem(403, "forbidden", "invalid API key", [(["header", API_KEY_HEADER], "not accepted")])))
         limit = self.settings.max_body_bytes
-        too_big = f"request body larger than {limit:,} bytes"
+        too_big = problem(413, "body-too-large", f"request body larger than {limit:,} bytes",
+                          [(["body"], f"larger than {limit:,} bytes")])
         cl = headers.get("content-length")
         if cl is not None:
             try:
                 if int(cl) > limit:
-                    return await self._send(send, *_plain(413, too_big))
+                    return await self._send(send, *_problem_message(too_big, CLOSE))
             except ValueError:
-                return await self._send(send, *_plain(400, "invalid Content-Length"))
-        if scope["method"] in ("GET", "HEAD", "OPTIONS", "DELETE") and cl is None \
+                return await self._send(send, *_problem_message(
+                    problem(400, "http", "invalid Content-Length", [(["header", "content-length"], "not a number")]),
+                    CLOSE))
+        if scope["method"] not in BODY_METHODS and cl is None \
                 and "chunked" not in headers.get("transfer-encoding", ""):
             return await self.app(scope, receive, send)
         chunks, size = [], 0
-        while True:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                return
-            chunk = msg.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return await self._send(send, *_plain(413, too_big))
-            chunks.append(chunk)
-            if not msg.get("more_body", False):
-                break
+        with anyio.move_on_after(self.settings.body_read_timeout_s) as reading:
+            while True:
+                msg = await receive()
+                if msg["type"] == "http.disconnect":
+                    return
+                chunk = msg.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    return await self._send(send, *_problem_message(too_big, CLOSE))
+                chunks.append(chunk)
+                if not msg.get("more_body", False):
+                    break
+        if reading.cancelled_caught:
+            t = self.settings.body_read_timeout_s
+            return await self._send(send, *_problem_message(
+                problem(408, "body-timeout", f"request body not complete within {t:g} s",
+                        [(["body"], f"not complete within {t:g} s")]), CLOSE))
         body = b"".join(chunks)
+        if scope["method"] in BODY_METHODS and scope["path"] in self.json_paths:
+            if not is_json_media_type(headers.get("content-type")):
+                return await self._send(send, *_problem_message(problem(
+                    415, "unsupported-media-type", "the request body must be JSON (Content-Type: application/json)",
+                    [(["header", "content-type"], "not application/json")])))
+            if body.strip():
+                try:
+                    check_json_body(body, self.settings.max_json_depth)
+                except BodyProblem as e:
+                    return await self._send(send, *_problem_message(e.problem))
         sent = False
 
         async def replay():
@@ -329,7 +428,7 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
                                         settings.worker_start_timeout_s)
             await anyio.to_thread.run_sync(processes.start)
         state["pool"] = SolvePool(settings.workers, settings.queue_wait_s, get_catalog, processes)
-        state["store"] = ReportStore(settings.database)
+        state["store"] = ReportStore(settings.database, settings.report_max_count, settings.report_max_age_days)
         try:
             yield
         finally:
@@ -337,11 +436,12 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
                 await anyio.to_thread.run_sync(processes.stop)
 
     app = FastAPI(
-        title="rack-advisor", version=__version__, lifespan=lifespan,
+        title="rack-advisor", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
         description="Fill data-center racks for the most agentic AI tasks per hour: catalog, evaluate, optimize, "
                     "compare layouts A/B/hybrid, and self-contained HTML recommendation reports.",
     )
-    app.add_middleware(GuardMiddleware, settings=settings)
+    json_paths: set[str] = set()
+    app.add_middleware(GuardMiddleware, settings=settings, json_paths=json_paths)
 
     def pool() -> SolvePool:
         return state["pool"]
@@ -352,31 +452,52 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
     def cap(t: float | None) -> float:
         return min(t, settings.time_limit_cap_s) if t else settings.time_limit_cap_s
 
-    # -- errors: messages, never stack traces
+    # -- errors: one shape (RFC 9457 problem details), never stack traces, never raw input values
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError):
+        errs = [(list(e.get("loc", ("body",))), "unknown field" if e.get("type") == "extra_forbidden" else
+                 str(e.get("msg", "invalid"))) for e in exc.errors()]
+        names = ", ".join(dict.fromkeys(loc_text(loc) for loc, _ in errs))
+        return problem_response(problem(422, "validation", f"{len(errs)} invalid field(s): {names}", errs))
+
     @app.exception_handler(InputError)
     async def _input_error(request: Request, exc: InputError):
-        return JSONResponse({"detail": str(exc)}, status_code=422)
+        return problem_response(problem(422, "unknown-id" if exc.suggestions is not None else "invalid-input",
+                                        str(exc), input_error_locs(exc), exc.suggestions))
 
     @app.exception_handler(UnknownId)
     async def _unknown(request: Request, exc: UnknownId):
-        return JSONResponse({"detail": str(exc), "suggestions": exc.suggestions}, status_code=422)
+        return problem_response(problem(422, "unknown-id", str(exc), [(["body", *UNKNOWN_ID_FIELDS.get(
+            exc.kind, ())], str(exc))], exc.suggestions))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException):
+        kind = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http")
+        detail = exc.detail if isinstance(exc.detail, str) else PROBLEM_TITLES_BY_STATUS.get(exc.status_code, "")
+        errs = [(["path"], detail)] if exc.status_code == 404 else []
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method of the path as documented, not only the first route's
+            routes = [r for r in (*v1.routes, *app.routes) if getattr(r, "methods", None) and hasattr(r, "matches")]
+            first = next((r for r in routes if r.matches(request.scope)[0] != Match.NONE), None)
+            allowed = {m for r in routes if first is not None and r.path == first.path for m in r.methods}
+            if allowed:
+                headers["Allow"] = ", ".join(sorted(allowed))
+        return problem_response(problem(exc.status_code, kind, detail, errs), headers=headers or None)
 
     @app.exception_handler(Busy)
     async def _busy(request: Request, exc: Busy):
-        return JSONResponse({"detail": "all solve workers are busy; retry later"}, status_code=503,
-                            headers={"Retry-After": str(exc.retry_after)})
+        return problem_response(problem(503, "busy", "all solve workers are busy; retry later"),
+                                headers={"Retry-After": str(exc.retry_after)})
 
     @app.exception_handler(ClientGone)
     async def _gone(request: Request, exc: ClientGone):
         # Nobody reads this answer (499 is the usual log code for "client closed the request").
-        return JSONResponse({"detail": "client disconnected before a solve slot was free"}, status_code=499)
+        return problem_response(problem(499, "client-closed", "client disconnected before its answer"))
 
-    @app.exception_handler(Exception)
-    async def _internal(request: Request, exc: Exception):
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse({"detail": "internal error"}, status_code=500)
+    # unhandled exceptions are answered 500 by GuardMiddleware (a problem document; keep-alive stays usable)
 
-    @app.get("/healthz", response_model=Health, tags=["health"])
+    @app.api_route("/healthz", methods=["GET", "HEAD"], response_model=Health, tags=["health"],
+                   operation_id="health", description="HEAD answers the same without a body (for load balancers).")
     async def healthz() -> Health:
         p = state.get("pool")
         return Health(status="ok", version=__version__, workers=settings.workers,
@@ -384,6 +505,16 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
                       abandoned=p.abandoned if p else 0, cancelled=p.cancelled if p else 0,
                       solve_in=settings.solve_in,
                       workers_replaced=p.processes.replaced if p and p.processes else 0)
+
+    # -- /docs: Swagger UI from the fastapi-offline package's files (no CDN)
+    app.mount(DOCS_STATIC, StaticFiles(directory=_swagger_assets()), name="docs-static")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url="/openapi.json", title="rack-advisor API",
+                                   swagger_js_url=f"{DOCS_STATIC}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{DOCS_STATIC}/swagger-ui.css",
+                                   swagger_favicon_url=f"{DOCS_STATIC}/favicon.png")
 
     v1 = APIRouter(prefix="/v1", responses=ERRORS)
 
@@ -396,41 +527,57 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
             try:
                 return getattr(get_catalog(), kind)[entry_id]
             except UnknownId as e:
-                return JSONResponse({"detail": str(e), "suggestions": e.suggestions}, status_code=404)
+                return problem_response(problem(404, "unknown-id", str(e), [(["path", "entry_id"], str(e))],
+                                                e.suggestions))
 
+        camel = "".join(w.title() for w in kind.split("_"))
         v1.add_api_route(f"/catalog/{kind}", list_entries, methods=["GET"], response_model=list[model],
-                         tags=["catalog"], summary=f"List {kind}", operation_id=f"list_{kind}")
+                         tags=["catalog"], summary=f"List {kind}", operation_id=f"list{camel}")
         v1.add_api_route(f"/catalog/{kind}/{{entry_id}}", get_entry, methods=["GET"], response_model=model,
-                         tags=["catalog"], summary=f"One entry of {kind}", operation_id=f"get_{kind}",
-                         responses={404: {"model": ErrorOut, "description": "Unknown id, with close matches."}})
+                         tags=["catalog"], summary=f"One entry of {kind}", operation_id=f"get{camel}",
+                         responses={404: {"model": Problem, "description": "Unknown id, with close matches."}})
 
     for kind, model in CATALOG_KINDS.items():
         add_catalog_routes(kind, model)
 
-    @v1.post("/evaluate", response_model=Evaluation, tags=["solve"])
+    @v1.post("/evaluate", response_model=Evaluation, tags=["solve"], operation_id="evaluate")
     async def evaluate_ep(req: EvaluateRequest, request: Request) -> Evaluation:
         return await pool().run(api_jobs.evaluate_job, req, disconnected=request.is_disconnected)
 
-    @v1.post("/optimize", response_model=OptimizeResult, tags=["solve"],
+    @v1.post("/optimize", response_model=OptimizeResult, tags=["solve"], operation_id="optimize",
              description="Infeasible budgets are answered 200 with status `infeasible` and a diagnosis.")
     async def optimize_ep(req: OptimizeRequest, request: Request) -> OptimizeResult:
         return await pool().run(api_jobs.optimize_job, req, cap(req.time_limit_s),
                                 disconnected=request.is_disconnected)
 
-    @v1.post("/compare", response_model=LayoutComparison, tags=["solve"])
+    @v1.post("/compare", response_model=LayoutComparison, tags=["solve"], operation_id="compare")
     async def compare_ep(req: CompareRequest, request: Request) -> LayoutComparison:
         return await pool().run(api_jobs.compare_job, req, cap(req.time_limit_s),
                                 disconnected=request.is_disconnected)
 
-    @v1.post("/export", tags=["export"], response_class=PlainTextResponse,
-             responses={200: {"content": {"application/yaml": {}, "text/plain": {}},
-                              "description": "The artifact: k8s and prometheus as YAML, slurm as a text bundle."}})
-    async def export_ep(req: ExportRequest, request: Request) -> PlainTextResponse:
+    @v1.post("/chip-vs-rack", response_model=ChipVsRack, tags=["solve"], operation_id="chipVsRack")
+    async def chip_vs_rack_ep(req: ChipVsRackRequest, request: Request) -> ChipVsRack:
+        return await pool().run(api_jobs.chip_vs_rack_job, req, cap(req.time_limit_s),
+                                disconnected=request.is_disconnected)
+
+    @v1.post("/export", tags=["export"], operation_id="export", response_model=ExportOut,
+             responses={200: {"content": {"application/yaml": {}, "text/plain": {}},  # multi-document YAML
+                              "description": "The artifact: k8s and prometheus as YAML, slurm as a text bundle; "
+                                             "with `Accept: application/json`, an ExportOut object that carries it."}})
+    async def export_ep(req: ExportRequest, request: Request) -> Response:
         art = await pool().run(api_jobs.export_job, req, cap(req.time_limit_s), disconnected=request.is_disconnected)
+        if _wants_json(request.headers.get("accept", "")):
+            return Response(ExportOut(format=req.format, filename=art.filename, media_type=art.media_type,
+                                      text=art.text).model_dump_json(), media_type="application/json")
         return PlainTextResponse(art.text, media_type=art.media_type,
                                  headers={"Content-Disposition": f'attachment; filename="{art.filename}"'})
 
-    @v1.post("/reports", response_model=ReportCreated, status_code=201, tags=["reports"])
+    def report_urls(rid: str) -> tuple[str, str]:
+        base = settings.public_base_url or ""  # never the Host header: relative unless configured
+        return f"{base}/v1/reports/{rid}", f"{base}/v1/reports/{rid}.json"
+
+    @v1.post("/reports", response_model=ReportCreated, status_code=201, tags=["reports"],
+             operation_id="createReport")
     async def create_report(req: ReportRequest, request: Request) -> ReportCreated:
         req = req.model_copy(update={"time_limit_s": cap(req.time_limit_s),
                                      "sweep_time_limit_s": min(req.sweep_time_limit_s,
@@ -440,23 +587,34 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
 
         html, data = await pool().run(api_jobs.report_job, req, disconnected=request.is_disconnected)
         rec = await anyio.to_thread.run_sync(store().put, req.model_dump(mode="json"), data, html)
-        base = str(request.base_url).rstrip("/")
-        return ReportCreated(id=rec.id, url=f"{base}/v1/reports/{rec.id}",
-                             json_url=f"{base}/v1/reports/{rec.id}.json", created=rec.created)
+        url, json_url = report_urls(rec.id)
+        return ReportCreated(id=rec.id, url=url, json_url=json_url, created=rec.created)
+
+    @v1.get("/reports", response_model=ReportPage, tags=["reports"], operation_id="listReports")
+    async def list_reports(limit: int = Query(default=50, ge=1, le=500, description="Reports per page."),
+                           offset: int = Query(default=0, ge=0, le=10**9,
+                                               description="Reports to skip (newest first).")) -> ReportPage:
+        total, rows = await anyio.to_thread.run_sync(store().list, limit, offset)
+        items = [ReportSummary(id=rid, created=created, url=report_urls(rid)[0], json_url=report_urls(rid)[1])
+                 for rid, created in rows]
+        nxt = offset + len(items)
+        return ReportPage(items=items, total=total, limit=limit, offset=offset,
+                          next_offset=nxt if nxt < total else None)
 
     def _not_found(rid: str) -> HTTPException:
-        return HTTPException(404, f"no report {rid!r}")
+        return HTTPException(404, "no report with this id")
 
     @v1.get("/reports/{report_id}.json", response_model=StoredReportOut, tags=["reports"],
-            responses={404: {"model": ErrorOut}})
+            operation_id="getReportJson", responses={404: {"model": Problem}})
     async def report_json(report_id: str) -> StoredReportOut:
         rec = await anyio.to_thread.run_sync(store().get, report_id)
         if rec is None:
             raise _not_found(report_id)
-        return StoredReportOut(id=rec.id, created=rec.created, request=rec.request, result=rec.result)
+        return StoredReportOut(id=rec.id, created=rec.created, request=ReportRequest.model_validate(rec.request),
+                               result=rec.result)
 
-    @v1.get("/reports/{report_id}", response_class=HTMLResponse, tags=["reports"],
-            responses={200: {"content": {"text/html": {}}}, 404: {"model": ErrorOut}})
+    @v1.get("/reports/{report_id}", response_class=HTMLResponse, tags=["reports"], operation_id="getReportHtml",
+            responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}, 404: {"model": Problem}})
     async def report_html(report_id: str) -> HTMLResponse:
         html = await anyio.to_thread.run_sync(store().get_html, report_id)
         if html is None:
@@ -465,28 +623,107 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
             "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
             "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"})
 
-    app.include_router(v1)
+    @v1.delete("/reports/{report_id}", status_code=204, tags=["reports"], operation_id="deleteReport",
+               response_class=Response, responses={404: {"model": Problem}})
+    async def delete_report(report_id: str) -> Response:
+        if not await anyio.to_thread.run_sync(store().delete, report_id):
+            raise _not_found(report_id)
+        return Response(status_code=204)
 
-    # document the API key in OpenAPI (the middleware enforces it)
+    app.include_router(v1)
+    json_paths.update(r.path for r in v1.routes if "POST" in getattr(r, "methods", ()))
+
+    # document the API key in OpenAPI (the middleware enforces it), and errors as problem documents
     original_openapi = app.openapi
 
     def openapi() -> dict:
         if app.openapi_schema:
             return app.openapi_schema
-        schema = original_openapi()
+        with warnings.catch_warnings():  # GET and HEAD /healthz share one route, hence one id: renamed below
+            warnings.filterwarnings("ignore", message="Duplicate Operation ID health")
+            schema = original_openapi()
+        head = schema["paths"].get("/healthz", {}).get("head")
+        if head is not None:  # the same answer without a body: nothing to parse
+            head["operationId"] = "healthHead"
+            head["responses"]["200"] = {"description": "The server is up (no body)."}
+        ref = {"$ref": "#/components/schemas/Problem"}
         for ops in schema.get("paths", {}).values():
             for op in ops.values():
                 for code, resp in op.get("responses", {}).items():
-                    if code[0] in "45" and "content" in resp:  # errors are JSON whatever the route's success type
-                        resp["content"] = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+                    if code[0] in "45":  # errors are problem documents whatever the route's success type
+                        resp["content"] = {PROBLEM_MEDIA_TYPE: {"schema": ref}}
         if settings.api_key is not None:
             schema.setdefault("components", {}).setdefault("securitySchemes", {})["APIKeyHeader"] = {
                 "type": "apiKey", "in": "header", "name": API_KEY_HEADER}
             schema["security"] = [{"APIKeyHeader": []}]
+        app.openapi_schema = schema
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+PROBLEM_TITLES_BY_STATUS = {404: "not found", 405: "method not allowed"}
+UNKNOWN_ID_FIELDS = {"workload": ("workload",), "rack": ("rack",), "gpu": ("gpu_ids",), "cpu": ("cpu_ids",)}
+"""Request field an unknown id of a catalog kind most likely came from (for `loc` when nothing more is known)."""
+_WHERE = re.compile(r"^(?P<field>[A-Za-z_]+)(?: '[^']*')?: \d+ problem\(s\)$")
+_LINE = re.compile(r"^  (?P<path>\S+): (?P<msg>.*)$")
+_PATH_PART = re.compile(r"\[(\d+)\]|\.?([^.\[]+)")
+
+
+def _split_path(path: str) -> list[str | int]:
+    return [int(m.group(1)) if m.group(1) is not None else m.group(2) for m in _PATH_PART.finditer(path)]
+
+
+def input_error_locs(exc: InputError) -> list[tuple[list, str]]:
+    """The fields an InputError is about: its own `loc` when it has one; else read from its message, which names
+    them (advisor.errors.describe_validation: "rack: 2 problem(s)" then "  id: Field required" lines; "unknown
+    rack id ..."; "configuration 'x': ..."), else the body as a whole."""
+    msg = str(exc)
+    if exc.loc is not None:
+        return [(list(exc.loc), msg.splitlines()[0])]
+    lines = msg.splitlines()
+    m = _WHERE.match(lines[0]) if lines else None
+    if m:
+        out = []
+        for line in lines[1:]:
+            lm = _LINE.match(line)
+            if lm:
+                path = [] if lm["path"] == "(top level)" else _split_path(lm["path"])
+                out.append((["body", m["field"], *path], lm["msg"]))
+        if out:
+            return out
+    um = re.match(r"^(?:configuration '[^']*': )?unknown (\w+) id", msg)
+    if um and um[1] in UNKNOWN_ID_FIELDS:
+        return [(["body", *UNKNOWN_ID_FIELDS[um[1]]], lines[0])]
+    head = re.match(r"^(\w+)\b", msg)
+    if head and head[1] in ("configuration", "workload", "rack", "assumptions", "settings"):
+        return [(["body", head[1]], lines[0] if lines else msg)]
+    return [(["body"], lines[0] if lines else msg)]
+
+
+class ExportOut(BaseModel):
+    """An export as JSON (with `Accept: application/json`)."""
+
+    format: Literal["k8s", "slurm", "prometheus"]
+    filename: str
+    """Suggested file name."""
+    media_type: str
+    """`application/yaml` (k8s, prometheus) or `text/plain` (slurm bundle)."""
+    text: str
+    """The artifact itself."""
+
+
+def _wants_json(accept: str) -> bool:
+    """JSON when the client asks for it ahead of YAML and plain text (`*/*` or nothing: the artifact as is)."""
+    kinds = [a.split(";", 1)[0].strip().lower() for a in accept.split(",") if a.strip()]
+    return bool(kinds) and kinds[0] == "application/json"
+
+
+def _swagger_assets() -> str:
+    import fastapi_offline
+
+    return str(Path(fastapi_offline.__file__).parent / "static")
 
 
 app = create_app()

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 APP_DIR = "rack-advisor"
@@ -58,7 +59,40 @@ class ApiSettings(BaseSettings):
     max_body_bytes: int = Field(default=1_000_000, gt=0)
     """Largest request body accepted (413 above)."""
     api_key: SecretStr | None = None
-    """When set, every endpoint but /healthz needs header `X-API-Key` with this value."""
+    """When set, every endpoint but /healthz needs header `X-API-Key` with this value. Set but empty (or blank) is
+    a startup error: it would lock every route with a key no client can send."""
+    max_json_depth: int = Field(default=32, ge=2, le=200)
+    """Deepest nesting of objects and arrays a request body may have (400 beyond). The deepest real request, an
+    inline workload in a report request, nests 6 levels; Python's parser and the worker hand-off recurse once per
+    level, and bodies nested 500+ levels deep used to exhaust the interpreter's recursion limit (a 500)."""
+    body_read_timeout_s: float = Field(default=30.0, gt=0)
+    """Longest a client may take to send its whole request body (408 and the connection closed beyond): the
+    largest body (max_body_bytes) takes under a second on any working link, so only a stalled or hostile client
+    reaches it."""
+    public_base_url: str | None = None
+    """Absolute URL the API is reached at from outside (e.g. `https://advisor.example.com`), used to build the
+    links in a created report's answer. Unset: the links are relative (`/v1/reports/ID`). The request's Host
+    header is never used."""
+    report_max_count: int = Field(default=1000, ge=1)
+    """Stored reports kept at most; the oldest are deleted when a new one is stored. A report with its sweeps
+    takes about 0.33 MB, so the default bounds the database near 330 MB."""
+    report_max_age_days: float = Field(default=90.0, gt=0)
+    """Stored reports older than this are deleted when a new one is stored (a quarter: reports are decision
+    records for a planning cycle; keep them elsewhere for longer)."""
+
+    @field_validator("api_key")
+    @classmethod
+    def _key_not_blank(cls, v: SecretStr | None) -> SecretStr | None:
+        if v is not None and not v.get_secret_value().strip():
+            raise ValueError("ADVISOR_API_KEY is set but empty: unset it to run without a key, or give the key")
+        return v
+
+    @field_validator("public_base_url")
+    @classmethod
+    def _absolute(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^/\s?#]+(/[^\s?#]*)?$", v):
+            raise ValueError("public_base_url must be an absolute http(s) URL without query or fragment")
+        return v.rstrip("/") if v else v
     queue_wait_s: float = Field(default=10.0, ge=0)
     """How long a request may wait for a solve slot before it is answered 503 with Retry-After."""
     report_sweep_time_limit_s: float = Field(default=5.0, gt=0)

@@ -8,7 +8,7 @@ import secrets
 import sqlite3
 from contextlib import closing
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,12 @@ class StoredReport:
 
 
 class ReportStore:
-    def __init__(self, path: Path | str):
+    """Reports by id. With max_count and/or max_age_days, every put first deletes the reports beyond them (the
+    oldest first), so the database stays bounded without a separate clean-up job."""
+
+    def __init__(self, path: Path | str, max_count: int | None = None, max_age_days: float | None = None):
         self.path = Path(path)
+        self.max_count, self.max_age_days = max_count, max_age_days
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with closing(self._connect()) as db, db:
             db.execute("PRAGMA journal_mode=WAL")
@@ -53,10 +57,34 @@ class ReportStore:
     def put(self, request: dict[str, Any], result: dict[str, Any], html: str) -> StoredReport:
         rid = secrets.token_urlsafe(16)
         created = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        with closing(self._connect()) as db:
+        with closing(self._connect()) as db, db:
+            db.execute("BEGIN IMMEDIATE")
+            self._prune(db, keep=(self.max_count - 1) if self.max_count else None)
             db.execute("INSERT INTO reports (id, created, request_json, result_json, html) VALUES (?, ?, ?, ?, ?)",
                        (rid, created, json.dumps(request), json.dumps(result), html))
+            db.execute("COMMIT")
         return StoredReport(rid, created, request, result, html)
+
+    def _prune(self, db: sqlite3.Connection, keep: int | None) -> None:
+        if self.max_age_days is not None:
+            cutoff = (datetime.now(timezone.utc) - timedelta(days=self.max_age_days)).isoformat(timespec="seconds")
+            db.execute("DELETE FROM reports WHERE created < ?", (cutoff,))
+        if keep is not None:
+            db.execute("DELETE FROM reports WHERE rowid NOT IN "
+                       "(SELECT rowid FROM reports ORDER BY created DESC, rowid DESC LIMIT ?)", (max(keep, 0),))
+
+    def delete(self, rid: str) -> bool:
+        """Delete one report; False when there was none with this id."""
+        with closing(self._connect()) as db:
+            return db.execute("DELETE FROM reports WHERE id = ?", (rid,)).rowcount > 0
+
+    def list(self, limit: int, offset: int = 0) -> tuple[int, list[tuple[str, str]]]:
+        """Total count and (id, created) of one page, newest first."""
+        with closing(self._connect()) as db:
+            total = int(db.execute("SELECT COUNT(*) FROM reports").fetchone()[0])
+            rows = db.execute("SELECT id, created FROM reports ORDER BY created DESC, rowid DESC LIMIT ? OFFSET ?",
+                              (limit, offset)).fetchall()
+        return total, [(r[0], r[1]) for r in rows]
 
     def get(self, rid: str) -> StoredReport | None:
         with closing(self._connect()) as db:

@@ -21,7 +21,7 @@ class Against(str, Enum):
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -48,7 +48,7 @@ SET = typer.Option(None, "--set", help="Fixed override PATH=VALUE (repeat), e.g.
 WORKERS = typer.Option(None, "--workers", "-j", min=0, help="Local worker processes (default: CPU count; 0 = "
                                                               "in this process).")
 SCHEDULER = typer.Option(None, "--scheduler", help="Dask scheduler address, e.g. tcp://host:8786.")
-QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
+QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.", metavar="")
 
 
 def _base(workload, rack, racks, catalog, gpus, cpus, layouts, solver, time_limit, ref_gpu, sets):
@@ -58,6 +58,18 @@ def _base(workload, rack, racks, catalog, gpus, cpus, layouts, solver, time_limi
     return base_scenario(workload, rack, racks=racks, catalog=str(catalog) if catalog else None, gpus=gpus,
                          cpus=cpus, layouts=layouts, solver=solver, time_limit_s=time_limit, reference_gpu=ref_gpu,
                          overrides=parse_set(sets))
+
+
+def _with_catalog(path: Path, catalog: Path | None) -> list:
+    """The scenarios of a file, those that name no catalog on `catalog` (the --catalog option)."""
+    from advisor.studies.scenarios import load_scenarios
+
+    scen = load_scenarios(path)
+    if catalog is None:
+        return scen
+    if not catalog.is_dir():
+        _fail(f"--catalog {catalog}: no such folder")
+    return [s if s.catalog else s.model_copy(update={"catalog": str(catalog.resolve())}) for s in scen]
 
 
 def _check_base(base) -> None:
@@ -73,16 +85,24 @@ def register(app: typer.Typer) -> None:
         out_dir: Path = typer.Option(..., "--out", "-o", help="Output folder (results.sqlite, CSV, JSON, HTML)."),
         workers: Optional[int] = WORKERS,
         scheduler: Optional[str] = SCHEDULER,
-        retry_errors: bool = typer.Option(False, "--retry-errors", help="Solve again scenarios recorded as errors."),
+        retry_errors: bool = typer.Option(False, "--retry-errors", help="Solve again scenarios recorded as errors.", metavar=""),
+        catalog: Optional[Path] = typer.Option(None, "--catalog", help="Catalog folder for scenarios that name "
+                                               "none (default: the built-in catalog)."),
+        strict: bool = typer.Option(False, "--strict", help="Exit 3 also when a row is solved but not optimal "
+                                                            "(infeasible, time limit).", metavar=""),
         quiet: bool = QUIET,
     ) -> None:
-        """Solve every scenario x layout of a scenario file; reruns skip what is done."""
+        """Solve every scenario x layout of a scenario file; reruns skip what is done.
+
+        Exit codes: 0 every row solved; 3 some row failed (status error; each is listed with its reason) or, with
+        --strict, is not optimal; 2 bad input (unreadable scenario file, output folder not writable or in use by
+        another run); 130 interrupted."""
         from advisor.studies.batch import run_batch
         from advisor.errors import InputError
 
         try:
-            summary = run_batch(scenarios, out_dir, workers=workers, scheduler=scheduler, progress=not quiet,
-                                retry_errors=retry_errors)
+            summary = run_batch(_with_catalog(scenarios, catalog), out_dir, workers=workers, scheduler=scheduler,
+                                progress=not quiet, retry_errors=retry_errors)
         except InputError as e:
             _fail(str(e))
         out.print(summary.line, highlight=False)
@@ -91,6 +111,16 @@ def register(app: typer.Typer) -> None:
         if summary.stats.interrupted:
             err.print("interrupted: finished rows are saved; run the same command again to continue")
             raise typer.Exit(130)
+        for sc, lay, reason in summary.failed:
+            err.print(f"failed: {sc} / {lay}: {reason}", highlight=False, markup=False, soft_wrap=True)
+        if strict:
+            for sc, lay, status in summary.not_optimal:
+                err.print(f"not optimal: {sc} / {lay}: {status}", highlight=False, markup=False, soft_wrap=True)
+        if summary.failed or (strict and summary.not_optimal):
+            n = len(summary.failed) + (len(summary.not_optimal) if strict else 0)
+            err.print(f"{n} of {summary.stats.rows} rows did not solve" + (" optimally" if strict else "")
+                      + "; exit 3", highlight=False)
+            raise typer.Exit(3)
 
     @app.command("sweep")
     def sweep_cmd(
@@ -193,6 +223,8 @@ def register(app: typer.Typer) -> None:
         scenarios: Path = typer.Argument(..., help="Scenario file with `samples:`."),
         out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for the results cache, "
                                                                           "robustness.csv and robustness.svg/png."),
+        catalog: Optional[Path] = typer.Option(None, "--catalog", help="Catalog folder for scenarios that name "
+                                               "none (default: the built-in catalog)."),
         workers: Optional[int] = WORKERS, scheduler: Optional[str] = SCHEDULER, quiet: bool = QUIET,
     ) -> None:
         """Monte Carlo: how often each layout wins over sampled inputs, and the regret of choosing each."""
@@ -201,11 +233,10 @@ def register(app: typer.Typer) -> None:
         from advisor.studies.batch import Runner
         from advisor.studies.batch_report import svg_of
         from advisor.errors import InputError
-        from advisor.studies.scenarios import load_scenarios
         from advisor.studies.whatif import robustness, robustness_figure
 
         try:
-            scen = load_scenarios(scenarios)
+            scen = _with_catalog(scenarios, catalog)
             if not any(s.sample is not None for s in scen):
                 err.print("note: the file has no `samples:`; every scenario counts as one draw", highlight=False)
             with Runner(out_dir, workers=workers, scheduler=scheduler, progress=not quiet) as runner:

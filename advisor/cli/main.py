@@ -11,9 +11,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from advisor.catalog import builtin_catalog
 from advisor.errors import InputError
-from advisor.cli.common import err, fail, out
+from advisor.cli.common import CATALOG_OPT, QUIET_OPT, check_sku_ids, cli_catalog, err, fail, inline_file_refs, out, progress
 from advisor.cli.render import print_evaluation
 from advisor.service import evaluate_configuration
 
@@ -31,11 +30,8 @@ class Kind(str, Enum):
     switches = "switches"
 
 
-def _catalog():
-    try:
-        return builtin_catalog()
-    except InputError as e:
-        fail(str(e))
+def _catalog(path: Path | None = None):
+    return cli_catalog(path)
 
 
 CATALOG_COLUMNS = {
@@ -58,10 +54,11 @@ SOURCE_WIDTH = 60
 @app.command()
 def catalog(
     kind: Kind = typer.Argument(Kind.cpus, help="Which table to list."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON list of entries."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list of entries.", metavar=""),
+    catalog_dir: Optional[Path] = CATALOG_OPT,
 ) -> None:
     """List catalog entries, each with its id and source."""
-    cat = _catalog()
+    cat = _catalog(catalog_dir)
     table = getattr(cat, kind.value)
     entries = [e.model_dump(mode="json") for e in table]
     if as_json:
@@ -85,24 +82,6 @@ def catalog(
     out.print(t)
 
 
-@app.command("evaluate")
-def evaluate_cmd(
-    config: Path = typer.Argument(..., help="Configuration YAML (servers, queues)."),
-    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload preset id or YAML file."),
-    rack: Optional[str] = typer.Option(None, "--rack", "-r", help="Rack profile id or YAML file."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
-) -> None:
-    """Throughput, bottleneck, GPU idle time, stage shares, latency, power and space of one configuration."""
-    try:
-        ev = evaluate_configuration(config, workload, rack, _catalog())
-    except InputError as e:
-        fail(str(e))
-    if as_json:
-        print(ev.model_dump_json(indent=2))
-    else:
-        print_evaluation(ev, out)
-
-
 class LayoutOpt(str, Enum):
     a = "a"
     b = "b"
@@ -114,6 +93,39 @@ class SolverOpt(str, Enum):
     ortools = "ortools"
 
 
+@app.command("evaluate")
+def evaluate_cmd(
+    config: Path = typer.Argument(..., help="Configuration YAML or JSON (servers, queues), or an optimize or compare "
+                                            "answer (--json output, or a layout of one) as it is."),
+    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload preset id or YAML file."),
+    rack: Optional[str] = typer.Option(None, "--rack", "-r", help="Rack profile id or YAML file."),
+    layout: Optional[LayoutOpt] = typer.Option(None, "--layout", help="Of a compare answer, evaluate this layout "
+                                                                      "(default: its best layout)."),
+    catalog_dir: Optional[Path] = CATALOG_OPT,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON.", metavar=""),
+) -> None:
+    """Throughput, bottleneck, GPU idle time, stage shares, latency, power and space of one configuration.
+
+    Exit codes: 0 within the rack budgets; 1 over a budget (power, cooling or space: each named on stderr);
+    2 bad input."""
+    from advisor.catalog import load_configuration
+
+    cat = _catalog(catalog_dir)
+    try:
+        cfg = load_configuration(config, layout=layout.value if layout else None)
+        ev = evaluate_configuration(cfg, workload, rack, cat)
+    except InputError as e:
+        fail(str(e))
+    if as_json:
+        print(ev.model_dump_json(indent=2))
+    else:
+        print_evaluation(ev, out)
+    over = [f"rack {r.rack}: {', '.join(r.exceeded)}" for r in ev.racks if r.exceeded]
+    if over:
+        err.print(f"over budget: {'; '.join(over)}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+
+
 class ObjectiveOpt(str, Enum):
     max_throughput = "max_throughput"
     min_cost = "min_cost"
@@ -122,10 +134,12 @@ class ObjectiveOpt(str, Enum):
     min_tco_for_throughput = "min_tco_for_throughput"
 
 
-def _inputs(workload: str, rack: str):
+def _inputs(workload: str, rack: str, catalog_dir: Path | None = None, gpus: list[str] | None = None,
+            cpus: list[str] | None = None):
     from advisor.catalog import load_rack, load_workload
 
-    cat = _catalog()
+    cat = _catalog(catalog_dir)
+    check_sku_ids(cat, gpus, cpus)
     try:
         return cat, load_workload(workload, cat), load_rack(rack, cat)
     except InputError as e:
@@ -157,25 +171,37 @@ def optimize_cmd(
     gpus: Optional[list[str]] = typer.Option(None, "--gpu", help="Only these GPU SKUs (repeat)."),
     cpus: Optional[list[str]] = typer.Option(None, "--cpu", help="Only these CPU SKUs (repeat)."),
     gap: float = typer.Option(1e-6, "--gap", min=0, max=0.5, help="Relative MIP gap at which to stop."),
-    as_json: bool = typer.Option(False, "--json"),
-    save_config: Optional[Path] = typer.Option(None, "--save-config", help="Write the chosen configuration as YAML."),
+    catalog_dir: Optional[Path] = CATALOG_OPT,
+    as_json: bool = typer.Option(False, "--json", metavar=""),
+    quiet: bool = QUIET_OPT,
+    save_config: Optional[Path] = typer.Option(None, "--save-config", help="Write the chosen configuration as YAML "
+                                               "(a workload or rack from a file is written into it, so that "
+                                               "`advisor evaluate` of the saved file gives this answer anywhere)."),
 ) -> None:
-    """Choose servers, SKUs, cores per GPU and queues for the most tasks per hour under the rack budgets."""
+    """Choose servers, SKUs, cores per GPU and queues for the most tasks per hour under the rack budgets.
+
+    Exit codes: 0 a configuration was found; 1 infeasible (the diagnosis says which budget); 2 bad input."""
     from advisor.optimizer.optimize import optimize
     from advisor.cli.render import print_optimize
 
     from advisor.optimizer.settings import OptimizerSettings
 
-    cat, w, r = _inputs(workload, rack)
+    cat, w, r = _inputs(workload, rack, catalog_dir, gpus, cpus)
     try:
-        res = optimize(w, r, cat, layout=layout.value, settings=OptimizerSettings(mip_gap=gap),
-                       **_opt_kwargs(racks, solver, time_limit, objective, required, capital, gpus, cpus))
+        with progress(f"optimizing layout {layout.value} (time limit {time_limit:g} s)", quiet or as_json):
+            res = optimize(w, r, cat, layout=layout.value, settings=OptimizerSettings(mip_gap=gap),
+                           **_opt_kwargs(racks, solver, time_limit, objective, required, capital, gpus, cpus))
     except (InputError, ValueError) as e:
         fail(str(e))
+    if res.configuration:
+        res = res.model_copy(update={"configuration": inline_file_refs(res.configuration, workload, rack)})
     if save_config and res.configuration:
         import yaml
 
-        save_config.write_text(yaml.safe_dump(res.configuration, sort_keys=False))
+        try:
+            save_config.write_text(yaml.safe_dump(res.configuration, sort_keys=False))
+        except OSError as e:
+            fail(f"--save-config {save_config}: cannot write ({e.strerror or e})")
     if as_json:
         print(res.model_dump_json(indent=2, exclude={"evaluation"}))
     else:
@@ -191,24 +217,34 @@ def compare_cmd(
     racks: int = typer.Option(1, "--racks", min=1),
     solver: SolverOpt = typer.Option(SolverOpt.cbc, "--solver"),
     time_limit: float = typer.Option(60.0, "--time-limit", min=1, help="Seconds per layout."),
-    gpus: Optional[list[str]] = typer.Option(None, "--gpu"),
-    cpus: Optional[list[str]] = typer.Option(None, "--cpu"),
-    as_json: bool = typer.Option(False, "--json"),
+    gpus: Optional[list[str]] = typer.Option(None, "--gpu", help="Only these GPU SKUs (repeat)."),
+    cpus: Optional[list[str]] = typer.Option(None, "--cpu", help="Only these CPU SKUs (repeat)."),
+    catalog_dir: Optional[Path] = CATALOG_OPT,
+    as_json: bool = typer.Option(False, "--json", metavar=""),
+    quiet: bool = QUIET_OPT,
 ) -> None:
-    """Optimize layouts A (GPU-first), B (balanced) and hybrid, with ratios against A."""
+    """Optimize layouts A (GPU-first), B (balanced) and hybrid, with ratios against A.
+
+    Exit codes: 0 at least one layout has a configuration; 1 every layout is infeasible; 2 bad input."""
     from advisor.optimizer.compare import compare_layouts
     from advisor.cli.render import print_compare
 
-    cat, w, r = _inputs(workload, rack)
+    cat, w, r = _inputs(workload, rack, catalog_dir, gpus, cpus)
     try:
-        cmp = compare_layouts(w, r, cat, racks=racks, backend=solver.value, time_limit_s=time_limit,
-                              gpu_ids=gpus or None, cpu_ids=cpus or None)
+        with progress(f"optimizing layouts a, b and hybrid (time limit {time_limit:g} s each)", quiet or as_json):
+            cmp = compare_layouts(w, r, cat, racks=racks, backend=solver.value, time_limit_s=time_limit,
+                                  gpu_ids=gpus or None, cpu_ids=cpus or None)
     except (InputError, ValueError) as e:
         fail(str(e))
+    cmp = cmp.model_copy(update={"results": [
+        x.model_copy(update={"configuration": inline_file_refs(x.configuration, workload, rack)})
+        if x.configuration else x for x in cmp.results]})
     if as_json:
         print(cmp.model_dump_json(indent=2, exclude={"results": {"__all__": {"evaluation"}}}))
     else:
         print_compare(cmp, out)
+    if all(x.status == "infeasible" or not x.servers for x in cmp.results):
+        raise typer.Exit(1)
 
 
 @app.command("chip-vs-rack")
@@ -220,7 +256,9 @@ def chip_vs_rack_cmd(
     layout: LayoutOpt = typer.Option(LayoutOpt.hybrid, "--layout"),
     racks: int = typer.Option(1, "--racks", min=1),
     solver: SolverOpt = typer.Option(SolverOpt.cbc, "--solver"),
-    as_json: bool = typer.Option(False, "--json"),
+    catalog_dir: Optional[Path] = CATALOG_OPT,
+    as_json: bool = typer.Option(False, "--json", metavar=""),
+    quiet: bool = QUIET_OPT,
 ) -> None:
     """Per-chip ratio against rack-level throughput ratio for two CPU or two GPU SKUs under the same budgets."""
     from advisor.optimizer.compare import chip_vs_rack
@@ -228,9 +266,11 @@ def chip_vs_rack_cmd(
     pair, kind = (gpu, "gpu") if gpu else (cpu, "cpu")
     if not pair or len(pair) != 2 or (gpu and cpu):
         fail("give exactly two SKUs with --gpu A --gpu B, or two with --cpu A --cpu B")
-    cat, w, r = _inputs(workload, rack)
+    cat, w, r = _inputs(workload, rack, catalog_dir, gpu, cpu)
     try:
-        res = chip_vs_rack(kind, pair[0], pair[1], w, r, cat, layout=layout.value, racks=racks, backend=solver.value)
+        with progress(f"optimizing layout {layout.value} with each of {pair[0]} and {pair[1]}", quiet or as_json):
+            res = chip_vs_rack(kind, pair[0], pair[1], w, r, cat, layout=layout.value, racks=racks,
+                               backend=solver.value)
     except (InputError, ValueError, KeyError) as e:
         fail(str(e))
     if as_json:

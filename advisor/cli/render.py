@@ -122,7 +122,7 @@ def print_optimize(res, console: Console) -> None:
         t.add_column(c)
     for s in res.servers:
         t.add_row(str(s.rack), str(s.count), s.chassis, s.cpu, f"{s.gpus_per_server}x {s.gpu}" if s.gpu else "-",
-                  f"{s.orchestration_cores_per_gpu:g}" if s.gpu else "-",
+                  f"{s.orchestration_cores_per_gpu:,.2f}" if s.gpu else "-",
                   ", ".join(f"{k}: {v:,.1f}" for k, v in s.queue_cores.items()) or "-", f"{s.power_w_each:,.0f}")
     console.print(t)
     if res.cores_per_gpu is not None:

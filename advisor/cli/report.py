@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from advisor.cli.common import err, fail, out
+from advisor.cli.common import QUIET_OPT, err, fail, out, progress
 
 
 class _Layout(str, Enum):
@@ -29,13 +29,28 @@ def register(app: typer.Typer) -> None:
         host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default ADVISOR_HOST or 127.0.0.1)."),
         port: Optional[int] = typer.Option(None, "--port", help="TCP port (default ADVISOR_PORT or 8000)."),
         log_level: str = typer.Option("info", "--log-level"),
+        catalog_dir: Optional[Path] = typer.Option(None, "--catalog", help="Catalog folder to serve (default "
+                                                   "ADVISOR_CATALOG or the built-in one)."),
     ) -> None:
         """Run the HTTP API (OpenAPI docs at /docs). Settings come from ADVISOR_* environment variables."""
+        import os
+
         import uvicorn
 
-        from advisor.api.settings import ApiSettings
+        if catalog_dir is not None:
+            if not catalog_dir.is_dir():
+                fail(f"--catalog {catalog_dir}: no such folder")
+            os.environ["ADVISOR_CATALOG"] = str(catalog_dir.resolve())  # read by the app's settings
 
-        s = ApiSettings()
+        from pydantic import ValidationError
+
+        from advisor.api.settings import ApiSettings
+        from advisor.errors import describe_validation
+
+        try:
+            s = ApiSettings()
+        except ValidationError as e:  # e.g. ADVISOR_API_KEY set but empty: refuse to start rather than lock all
+            fail(describe_validation(e, "settings (ADVISOR_* environment variables)"))
         h, p = host or s.host, port if port is not None else s.port
         err.print(f"rack-advisor API on http://{h}:{p} (docs /docs), reports in {s.database}, "
                   f"{s.workers} solve {'processes' if s.solve_in == 'process' else 'threads'}"
@@ -49,13 +64,14 @@ def register(app: typer.Typer) -> None:
         rack: str = typer.Option(..., "--rack", "-r", help="Rack profile id or YAML file."),
         racks: int = typer.Option(1, "--racks", min=1, help="Racks in the row."),
         layout: Optional[_Layout] = typer.Option(None, "--layout", help="Recommend this layout (default: the best)."),
-        compare: bool = typer.Option(False, "--compare", help="Recommend the best of A, B and hybrid (default)."),
+        compare: bool = typer.Option(False, "--compare", help="Recommend the best of A, B and hybrid (default).", metavar=""),
         solver: _Solver = typer.Option(_Solver.cbc, "--solver"),
         time_limit: float = typer.Option(30.0, "--time-limit", min=1, help="Seconds per layout."),
-        no_sensitivity: bool = typer.Option(False, "--no-sensitivity", help="Skip the sensitivity sweeps (faster)."),
+        no_sensitivity: bool = typer.Option(False, "--no-sensitivity", help="Skip the sensitivity sweeps (faster).", metavar=""),
         catalog_dir: Optional[Path] = typer.Option(None, "--catalog", help="Catalog folder instead of the built-in one."),
         output: Path = typer.Option(Path("report.html"), "--output", "-o", help="HTML file to write."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the report's figures as JSON."),
+        quiet: bool = QUIET_OPT,
     ) -> None:
         """Write a self-contained HTML recommendation report (open it in any browser; prints on A4/Letter)."""
         from pydantic import ValidationError
@@ -74,12 +90,17 @@ def register(app: typer.Typer) -> None:
             fail(describe_validation(e, "report request"))
         try:
             cat = load_catalog(catalog_dir) if catalog_dir else builtin_catalog()
-            html, data = render_report(req, cat)
+            what = "rendering the report" + ("" if no_sensitivity else " (optimizing, then the sensitivity sweeps)")
+            with progress(what, quiet):
+                html, data = render_report(req, cat)
         except InputError as e:
             fail(str(e))
-        output.write_text(html, encoding="utf-8")
-        if json_out:
-            json_out.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        try:
+            output.write_text(html, encoding="utf-8")
+            if json_out:
+                json_out.write_text(json.dumps(data, indent=2), encoding="utf-8")
+        except OSError as e:
+            fail(f"cannot write the report: {e.strerror or e} ({e.filename})")
         g = data["glance"]
         ratio = f", {g['ratio_vs_a']:.2f}x layout A" if g.get("ratio_vs_a") else ""
         out.print(f"layout {g['layout']}: {g['tasks_per_hour']:,.0f} tasks/h{ratio}; "

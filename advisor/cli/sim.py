@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+
+from advisor.cli.common import CATALOG_OPT, cli_catalog
 from rich.console import Console
 from rich.table import Table
 
@@ -18,7 +20,7 @@ err = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -47,11 +49,12 @@ def simulate_cmd(
     warmup: Optional[float] = typer.Option(None, "--warmup", help="Discarded warm-up, simulated seconds."),
     replications: int = typer.Option(5, "--replications", min=1),
     wall_clock: float = typer.Option(300.0, "--wall-clock", help="Wall-clock guard per replication, seconds."),
-    no_memory: bool = typer.Option(False, "--no-memory-limit", help="Do not limit live tasks by sandbox memory."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    no_memory: bool = typer.Option(False, "--no-memory-limit", help="Do not limit live tasks by sandbox memory.", metavar=""),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON.", metavar=""),
+    catalog_dir: Optional[Path] = CATALOG_OPT,
 ) -> None:
     """Simulate a configuration (discrete-event, SimPy) and set it beside the closed form at the same operating point."""
-    from advisor.catalog import builtin_catalog, load_configuration
+    from advisor.catalog import load_configuration
     from advisor.service import resolve_inputs
     from advisor.simulation.des import SimSettings, auto_duration, build_model, closed_form_at, simulate_model
 
@@ -60,7 +63,7 @@ def simulate_cmd(
     if arrival_rate is not None and arrival_rate <= 0:
         _fail("--arrival-rate must be > 0")
     try:
-        cat = builtin_catalog()
+        cat = cli_catalog(catalog_dir)
         cfg = load_configuration(config)
         w, r = resolve_inputs(cfg, workload, rack, cat)
         if agents is None and arrival_rate is None:
@@ -135,15 +138,16 @@ def fit_cmd(
     cpu: str = typer.Option("xeon-8480c", "--cpu", help="CPU SKU the traces were measured on (per-core speed)."),
     workload_id: Optional[str] = typer.Option(None, "--id", help="Workload id (default: the output file's stem)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
-    as_json: bool = typer.Option(False, "--json", help="Print stage shares and bad rows as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print stage shares and bad rows as JSON.", metavar=""),
+    catalog_dir: Optional[Path] = CATALOG_OPT,
 ) -> None:
     """Fit a workload profile from traces; prints each stage's share of task time with 95% CIs first."""
     import yaml
 
-    from advisor.catalog import builtin_catalog, load_workload
+    from advisor.catalog import load_workload
     from advisor.simulation.fit import fit_workload, read_traces, stage_shares
 
-    cat = builtin_catalog()
+    cat = cli_catalog(catalog_dir)
     try:
         sku = cat.cpus[cpu]
         sm = served_model or next(iter(cat.served_models)).id
@@ -192,12 +196,13 @@ def gen_traces_cmd(
     gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU SKU timing the LLM calls (default: the served "
                                       "model's first calibrated GPU)."),
     cpu: str = typer.Option("xeon-8480c", "--cpu", help="CPU SKU the tools run on."),
+    catalog_dir: Optional[Path] = CATALOG_OPT,
 ) -> None:
     """Write seeded synthetic traces (one span per stage occurrence) drawn from a workload profile."""
-    from advisor.catalog import builtin_catalog, load_workload
+    from advisor.catalog import load_workload
     from advisor.simulation.traces import generate_spans, write_spans
 
-    cat = builtin_catalog()
+    cat = cli_catalog(catalog_dir)
     try:
         w = load_workload(workload, cat)
         g = cat.gpus[gpu or (w.served_model.calibrations[0].gpu if w.served_model.calibrations else "h100-sxm")]

@@ -7,6 +7,7 @@ import math
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 import types
@@ -27,6 +28,8 @@ class _TrackedPopen(subprocess.Popen):
     offers no hook; CBC's own time limit still bounds every other solve)."""
 
     def __init__(self, *args, **kwargs):
+        if _PDEATHSIG is not None and kwargs.get("preexec_fn") is None:
+            kwargs["preexec_fn"] = _PDEATHSIG  # CBC dies with the worker that started it, even on SIGKILL
         super().__init__(*args, **kwargs)
         procs = _CBC_PROCS.get()
         if procs is not None:
@@ -34,6 +37,29 @@ class _TrackedPopen(subprocess.Popen):
             token = cancel.current()
             if token is not None and token.cancelled:  # cancelled between the check and the start
                 self.kill()
+
+
+def _linux_pdeathsig() -> Callable[[], None] | None:
+    """A preexec_fn that has the kernel SIGKILL the child when the thread that started it dies (prctl
+    PR_SET_PDEATHSIG), so that a solver never outlives a killed batch worker or API worker. Linux only."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+    import signal
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    pr_set_pdeathsig = 1
+
+    def preexec() -> None:
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+
+    return preexec
+
+
+_PDEATHSIG = _linux_pdeathsig()
 
 
 def _track_cbc_processes() -> None:

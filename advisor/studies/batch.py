@@ -26,6 +26,7 @@ import multiprocessing as mp
 import os
 import signal
 import socket
+import sys
 import sqlite3
 import tempfile
 import time
@@ -33,6 +34,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -121,9 +123,47 @@ def _error_fields(reason: str, started: str | None = None, seconds: float | None
                 solve_seconds=seconds, started=started or _now(), finished=_now(), worker=worker, error=reason)
 
 
-def _worker_init() -> None:
-    # The coordinator handles Ctrl-C; a worker (and its CBC child) keeps going until it is shut down.
+PARENT_POLL_S = 0.5
+"""How often a worker checks that its coordinator is still there (a worker outlives it by at most this, plus the
+time to exit)."""
+
+
+def _proc_start_ticks(pid: int) -> int | None:
+    """Start time of a live process (clock ticks since boot, /proc/PID/stat field 22); None when it is gone or a
+    zombie. Compared, not just looked up, so that a reused pid is not taken for the coordinator."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def die_with(coordinator_pid: int) -> None:
+    """Exit this process as soon as the coordinator is gone (killed with SIGKILL included, which runs no clean-up in
+    it): a daemon thread polls the coordinator's /proc entry and calls os._exit. Solver processes this one starts
+    die with it (advisor/solver/backends.py asks the kernel for that). Linux only (/proc); elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    start = _proc_start_ticks(coordinator_pid)
+    if start is None:
+        os._exit(1)
+
+    def watch() -> None:
+        while _proc_start_ticks(coordinator_pid) == start:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    import threading
+
+    threading.Thread(target=watch, name="advisor-coordinator-watch", daemon=True).start()
+
+
+def _worker_init(coordinator_pid: int | None = None) -> None:
+    # The coordinator handles Ctrl-C; a worker (and its CBC child) keeps going until it is shut down, or until the
+    # coordinator is gone.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if coordinator_pid is not None:
+        die_with(coordinator_pid)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -191,7 +231,8 @@ class _Inline:
 def _local_pool(workers: int) -> ProcessPoolExecutor:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["advisor.studies.batch", "advisor.optimizer.optimize"])
-    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                               initargs=(os.getpid(),))
 
 
 def _dask_client(scheduler: Any):
@@ -259,8 +300,21 @@ class Runner:
             self._tmp = tempfile.TemporaryDirectory(prefix="advisor-batch-")
             out_dir = self._tmp.name
         self.out_dir = Path(out_dir)
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.db_path = self.out_dir / DB_NAME
+        self._lock = None
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            if self._tmp is None:
+                self._lock = FolderLock(self.out_dir)
+            self.db_path = self.out_dir / DB_NAME
+            self._db = connect(self.db_path)
+        except OSError as e:
+            if self._lock is not None:
+                self._lock.release()
+            raise InputError(f"output folder {self.out_dir}: cannot write there ({e.strerror or e})") from None
+        except BaseException:
+            if self._lock is not None:
+                self._lock.release()
+            raise
         self.workers = (os.cpu_count() or 1) if workers is None else workers
         self.scheduler = scheduler
         self.progress = progress
@@ -269,7 +323,6 @@ class Runner:
         self._executor = None
         self._client = None
         self._own_client = False
-        self._db = connect(self.db_path)
 
     # -- executor
     def _get_executor(self):
@@ -307,6 +360,9 @@ class Runner:
             self._client.close()
         self._client = None
         self._db.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
         if self._tmp is not None:
             self._tmp.cleanup()
 
@@ -450,6 +506,47 @@ class Runner:
         return ex.submit(self.solve_fn, job.inputs, job.catalog_json)
 
 
+LOCK_NAME = ".advisor.lock"
+
+
+class FolderBusy(InputError):
+    """Another run holds the output folder."""
+
+
+class FolderLock:
+    """An exclusive lock on an output folder (flock on OUT/.advisor.lock), so that two runs never solve the same
+    scenarios twice or race on the exports. The holder writes its pid, host and start time into the file, which a
+    refused run quotes. The kernel releases the lock when the holder exits, SIGKILL included: a stale lock file
+    never blocks. POSIX only; elsewhere no lock is taken."""
+
+    def __init__(self, folder: Path):
+        self.path = folder / LOCK_NAME
+        self.fd: int | None = None
+        try:
+            import fcntl
+        except ImportError:  # Windows
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise FolderBusy(f"output folder {folder} is in use by {holder}; wait for it to finish or give "
+                             "another --out") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()} since {_now()}".encode())
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            import fcntl
+
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None
+
+
 def threading_is_main() -> bool:
     import threading
 
@@ -466,10 +563,29 @@ class BatchSummary:
     out_dir: Path
     db: Path
     exports: dict[str, Path]
+    failed: list[tuple[str, str, str]] = field(default_factory=list)
+    """(scenario, layout, reason) of every row of this run's scenarios whose status is error."""
+    not_optimal: list[tuple[str, str, str]] = field(default_factory=list)
+    """(scenario, layout, status) of every other row that is not `optimal` (infeasible, time_limit, ...)."""
 
     @property
     def line(self) -> str:
         return self.stats.line(str(self.db))
+
+
+def _outcomes(db_path: Path, names: list[str]) -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    order = {n: i for i, n in enumerate(names)}
+    failed, other = [], []
+    with closing(sqlite3.connect(db_path)) as db:
+        for sc, lay, status, error in db.execute("SELECT scenario, layout, status, error FROM results"):
+            if sc not in order:
+                continue
+            if status == "error":
+                failed.append((sc, lay, (error or "unknown error").strip().splitlines()[-1]))
+            elif status != "optimal":
+                other.append((sc, lay, status))
+    key = lambda t: (order[t[0]], t[1])  # noqa: E731
+    return sorted(failed, key=key), sorted(other, key=key)
 
 
 def run_batch(scenarios: Iterable[Scenario] | str | Path, out_dir: Path | str, workers: int | None = None,
@@ -488,7 +604,11 @@ def run_batch(scenarios: Iterable[Scenario] | str | Path, out_dir: Path | str, w
         if jobs and all(j.error is not None for j in jobs):
             raise InputError(f"no scenario could be resolved; the first: {jobs[0].error}")
         stats = runner.run(jobs, description="batch")
-    exports = {}
-    if export and not stats.interrupted:
-        exports = export_all(out, [s.name for s in scenarios])
-    return BatchSummary(stats, out, out / DB_NAME, exports)
+        exports = {}
+        if export and not stats.interrupted:  # under the folder's lock, so that runs never race on the exports
+            try:
+                exports = export_all(out, [s.name for s in scenarios])
+            except OSError as e:
+                raise InputError(f"output folder {out}: cannot write the exports ({e.strerror or e})") from None
+    failed, not_optimal = _outcomes(out / DB_NAME, [s.name for s in scenarios])
+    return BatchSummary(stats, out, out / DB_NAME, exports, failed, not_optimal)

@@ -6,6 +6,7 @@ import csv
 import io
 import json
 import math
+import os
 import re
 from collections import Counter
 from datetime import datetime, timezone
@@ -69,16 +70,32 @@ def _loads(v: Any) -> Any:
         return v
 
 
+def write_atomic(path: Path, text: str) -> Path:
+    """Write a file whole or not at all: into a temporary file beside it, flushed to disk, then renamed over it
+    (a reader, or a run killed half-way, sees the old file or the new one, never a part)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
 def export_csv(rows: list[dict], path: Path) -> Path:
     keys = sorted({k for r in rows for k in (_loads(r["overrides_json"]) or {})})
-    with path.open("w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow([*CSV_COLUMNS, *keys])
-        for r in rows:
-            over = _loads(r["overrides_json"]) or {}
-            w.writerow([("" if r.get(c) is None else r.get(c)) for c in CSV_COLUMNS]
-                       + [("" if over.get(k) is None else over.get(k)) for k in keys])
-    return path
+    buf = io.StringIO(newline="")
+    w = csv.writer(buf)
+    w.writerow([*CSV_COLUMNS, *keys])
+    for r in rows:
+        over = _loads(r["overrides_json"]) or {}
+        w.writerow([("" if r.get(c) is None else r.get(c)) for c in CSV_COLUMNS]
+                   + [("" if over.get(k) is None else over.get(k)) for k in keys])
+    return write_atomic(path, buf.getvalue())
 
 
 def export_json(rows: list[dict], path: Path) -> Path:
@@ -88,8 +105,7 @@ def export_json(rows: list[dict], path: Path) -> Path:
         for k in JSON_FIELDS:
             d[k.removesuffix("_json")] = _loads(d.pop(k))
         out.append(d)
-    path.write_text(json.dumps(out, indent=1, allow_nan=False, default=str), encoding="utf-8")
-    return path
+    return write_atomic(path, json.dumps(out, indent=1, allow_nan=False, default=str))
 
 
 def _charts(rows: list[dict], piv: list[dict]) -> list[dict]:
@@ -166,7 +182,5 @@ def export_all(out_dir: Path | str, scenarios: list[str] | None = None) -> dict[
         lay = {k: i for i, k in enumerate(LAYOUTS)}
         rows.sort(key=lambda r: (order.get(r["scenario"], 1 << 30), lay.get(r["layout"], 9)))
     paths = {"csv": export_csv(rows, out / "results.csv"), "json": export_json(rows, out / "results.json")}
-    p = out / "report.html"
-    p.write_text(render_html(rows, title=f"rack-advisor batch: {out.name}"), encoding="utf-8")
-    paths["html"] = p
+    paths["html"] = write_atomic(out / "report.html", render_html(rows, title=f"rack-advisor batch: {out.name}"))
     return paths
