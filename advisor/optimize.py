@@ -597,11 +597,14 @@ def optimize(
                           time_limit_s=max(1.0, clock.remaining() / 3), objective=objective,
                           capital_budget_usd=None, gpu_ids=gpu_ids, cpu_ids=cpu_ids, settings=settings,
                           explain=False) if capital_budget_usd is None else None
+    proven_ub: float | None = 0.0  # largest proven bound over the partitions tried (None: some unknown)
     for pi, part in enumerate(partitions(workload, layout, servings)):
         if pi > 0 and best is not None and not best[5]:
             break  # without memory or tail limits in play one shared queue is never worse than split ones
         if pi > 0 and clock.expired():
+            proven_ub = None  # partitions left untried
             break
+        part_ub: float | None = None
         p = Problem(workload, rack, racks, capacity_options, servings, part, capital_budget_usd,
                     required_tasks_per_hour, operating_tasks_per_hour=operating_tasks_per_hour, settings=s)
         # Sandbox memory needs SKU-choice binaries; solve without it first and keep that answer when the evaluator
@@ -612,29 +615,30 @@ def optimize(
             if it > 0 and clock.expired():
                 break
             p.options = options if memory else capacity_options
-            b = build(p, memory=memory)
-            solved = b.model
-            if racks > 1:
-                sol, solved, notes = _solve_row(b, p, layout, objective, backend, s, clock, memory)
-            else:
-                sol, solved, notes = _solve_stages(b, p, layout, objective, backend, s, clock)
-            sol = _canonical(b, p, solved, sol, objective, s)
+            # With memory (and no tail-wait curves) the routing over mixed SKUs is solved by branch and bound on
+            # utilization bands; every other stage is one solve. ub: a proven bound on X where the stage's model
+            # is a relaxation of the evaluator (None where it is not, or unknown).
+            nodes, ub = _solve_coupled(p, layout, objective, backend, s, clock, racks, memory)
+            key, pn, b, sol, notes, ev, _ = nodes[0]
+            if p.slo_curves and _slo_mixed_speeds(p) and objective == "max_throughput":
+                # the curves assume the slowest speed of a mix: conservative, not a relaxation; the bound comes
+                # from the same model with every core at the fastest speed
+                ub = _slo_relaxed_bound(p, layout, backend, s, clock, racks, memory)
+            if objective == "max_throughput" and ub is not None:
+                part_ub = ub if part_ub is None else min(part_ub, ub)
             if not sol.has_solution or b.x not in sol.values:
                 if best is None or (best[0][0] < 0 and not best[3].has_solution):
                     best = ((-1.0, 0.0), replace(p), b, sol, notes, coupled, None)
                 break
-            ev = _evaluate_solution(b, p, sol, layout, s)
             x_mip = sol.values[b.x]
             x_eval = ev.throughput_tasks_per_hour if ev is not None else 0.0
-            power = sum(a * sol.values.get(k, 0.0) for k, a in power_terms(b, p).items())
             # Every candidate is judged by what the evaluator says it delivers (and, for cost objectives, costs).
-            key = (x_eval, -power) if objective == "max_throughput" else _cost_key(ev, objective, p, power, sol, b)
             # on a tie (within solver precision), the solve with the tail-wait curves wins: its prediction is the
             # evaluated figure, while the relaxation's prediction ignores the target
             tie = (p.slo_curves and objective == "max_throughput" and best is not None
                    and key[0] >= best[0][0] * (1 - s.throughput_tie_tolerance))
             if best is None or key > best[0] or tie:
-                best = (key, replace(p), b, sol, notes, False, ev)
+                best = (key, replace(pn), b, sol, notes, False, ev)
             if ev is None:
                 break
             short = [bd for bd in ev.bounds if bd.tasks_per_hour < x_mip * (1 - 1e-7)]
@@ -655,7 +659,11 @@ def optimize(
         if best is not None and best[1].partition == part:
             best = (*best[:5], coupled, best[6])
         any_coupled = any_coupled or coupled
+        proven_ub = None if (proven_ub is None or part_ub is None) else max(proven_ub, part_ub)
     _, p, b, sol, notes, _, ev_best = best
+    if objective == "max_throughput" and sol.has_solution and b.x in sol.values:
+        _label(sol, ev_best.throughput_tasks_per_hour if ev_best is not None else 0.0, proven_ub, s, clock,
+               s.throughput_tie_tolerance * b.x_upper)
     notes = warnings_pre + notes
     # Shadow prices and +10% re-solves speak of throughput; for a cost objective they would answer another question.
     result = _result(p, b, sol, notes, layout, backend, s, clock, t0, explain and objective == "max_throughput",
@@ -703,6 +711,178 @@ def _canonical(b: Built, p: Problem, model: LinearModel, sol: Solution, objectiv
     serve = {v: 1.0 for v in (f"s_o{i}" for i in range(len(p.options))) if v in model.vars}
     return polish(model, sol, [({b.x: 1.0}, True), (serve, True), (dict.fromkeys(b.u.values(), 1.0), False),
                                (dict.fromkeys(b.y.values(), 1.0), True)])
+
+
+PROOF_SLACK = 1e-9
+"""Relative slack on comparisons of an evaluated throughput with a proven bound (floating-point noise)."""
+
+
+def _x_bound(sol: Solution, b: Built, s: OptimizerSettings) -> float | None:
+    """A proven upper bound on X (tasks/h) from a max-throughput solve: the solver's bound on its first objective
+    (X less tie-breaks worth at most the tie budget; for rows, X itself) plus that budget. None when unknown."""
+    if not sol.has_solution and sol.status == "infeasible":
+        return -math.inf
+    bound = sol.best_bound
+    if bound is None and sol.status == "optimal" and sol.objective is not None:
+        bound = sol.objective
+    if bound is None:
+        return None
+    return bound + s.throughput_tie_tolerance * b.x_upper
+
+
+def _proven(x_eval: float, bound: float | None, s: OptimizerSettings, budget: float) -> bool:
+    """Whether an evaluated throughput reaches a proven bound: within the requested gap, plus the solver's own
+    optimality tolerance and the tie-break window (a solve reported optimal may sit OPTIMAL_GAP below its bound,
+    and the tie-breaks keep X within `throughput_tie_tolerance` of it); `budget` is the tie-breaks' worth the
+    bound carries (`_x_bound`)."""
+    if bound is None:
+        return False
+    tol = max(s.mip_gap, OPTIMAL_GAP_SLACK) + s.throughput_tie_tolerance
+    return x_eval >= (bound - budget) * (1 - tol) - PROOF_SLACK * max(1.0, x_eval)
+
+
+OPTIMAL_GAP_SLACK = 1e-6
+"""A solver reports `optimal` within this relative gap (advisor/solver/backends.py OPTIMAL_GAP); bounds taken from
+an `optimal` objective are widened by it."""
+
+
+def _routing_spread(b: Built, p: Problem, sol: Solution) -> dict[str, float]:
+    """Per routing dimension, how far the solution's flows are from proportional: max - min of flow / capacity
+    over the SKUs with capacity (0 when forced)."""
+    from advisor.formulation import routing_dims
+
+    vals = sol.values
+    out: dict[str, float] = {}
+    for dim in routing_dims(p):
+        prefix = "gpu_route_hi_" if dim == "gpu" else f"cpu_route_hi_{dim}_"
+        ratios = []
+        for c in b.model.constraints:
+            if not c.name.startswith(prefix):
+                continue
+            flow_var = next(k for k in c.terms if k.startswith(("xg_", "xs_")))
+            a = c.terms[flow_var]
+            hi = p.bands.get(dim, (0.0, 1.0))[1]
+            cap = -sum(coef * vals.get(k, 0.0) for k, coef in c.terms.items() if k != flow_var) / max(hi, 1e-12)
+            if cap > 1e-9:
+                ratios.append(a * vals.get(flow_var, 0.0) / cap)
+        out[dim] = (max(ratios) - min(ratios)) if len(ratios) > 1 else 0.0
+    return out
+
+
+def _slo_relaxed_bound(p: Problem, layout: Layout, backend: str, s: OptimizerSettings, clock: _Clock, racks: int,
+                       memory: bool) -> float | None:
+    """A proven bound on X under tail-wait curves that may mix core speeds: the same model with each queue's curve
+    at the fastest candidate speed and no speed levels (faster cores only shorten calls and waits)."""
+    pr = replace(p, slo_relaxed=True, bands={})
+    b = build(pr, memory=memory)
+    if racks > 1:
+        sol, _, _ = _solve_row(b, pr, layout, "max_throughput", backend, s, clock, memory)
+    else:
+        sol, _, _ = _solve_stages(b, pr, layout, "max_throughput", backend, s, clock)
+    return _x_bound(sol, b, s)
+
+
+def _has_sandboxes(p: Problem) -> bool:
+    """Whether the memory model has routing to branch on (some queue holds sandbox memory)."""
+    return any(c.sandbox_memory_gb > 0 for c in p.workload.classes)
+
+
+def _solve_coupled(p: Problem, layout: Layout, objective: Objective, backend: str, s: OptimizerSettings,
+                   clock: _Clock, racks: int, memory: bool = True):
+    """Sandbox memory couples the routing over mixed SKUs (docs/model.md section 9.3): spatial branch and bound
+    on the utilization bands of `build`'s `sku_routing` constraints. Each node solves the MILP on its bands, a
+    relaxation of the evaluator there; its answer is evaluated. The answer is the best evaluated one; the proven
+    bound is the largest relaxation bound of the open nodes. A node is split (its widest band among the
+    dimensions its flows leave non-proportional, halved) only while its bound exceeds the best evaluated answer.
+
+    Returns [(key, problem, built, solution, notes, evaluation)] of the nodes solved, best first, and the proven
+    bound on X (None if unknown)."""
+    import heapq
+
+    from advisor.formulation import routing_dims
+
+    def node(bands: dict[str, tuple[float, float]]):
+        pn = replace(p, bands=dict(bands))
+        b = build(pn, memory=memory)
+        if racks > 1:
+            sol, solved, notes = _solve_row(b, pn, layout, objective, backend, s, clock, memory)
+        else:
+            sol, solved, notes = _solve_stages(b, pn, layout, objective, backend, s, clock)
+        ub = _x_bound(sol, b, s) if objective == "max_throughput" else None
+        sol = _canonical(b, pn, solved, sol, objective, s)
+        ev = _evaluate_solution(b, pn, sol, layout, s) if sol.has_solution and b.x in sol.values else None
+        x_eval = ev.throughput_tasks_per_hour if ev is not None else 0.0
+        power = sum(a * sol.values.get(k, 0.0) for k, a in power_terms(b, pn).items()) if sol.has_solution else 0.0
+        if objective == "max_throughput":
+            key = (x_eval, -power)
+        else:
+            key = _cost_key(ev, objective, pn, power, sol, b) if sol.has_solution else (False, -math.inf, 0.0)
+        return key, pn, b, sol, notes, ev, ub
+
+    dims = routing_dims(p) if memory and _has_sandboxes(p) else []
+    root = node({})
+    done = [root]
+    if objective != "max_throughput" or not dims or root[6] is None:
+        return done, root[6]
+    best_x = root[0][0]
+    budget = s.throughput_tie_tolerance * root[2].x_upper
+    heap: list = []
+    seq = 0
+
+    def push(nd, bands):
+        nonlocal seq
+        if nd[6] is not None and not _proven(best_x, nd[6], s, budget):
+            heapq.heappush(heap, (-nd[6], seq, bands, nd))
+            seq += 1
+
+    push(root, {})
+    solves = 1
+    unknown = False
+    while heap:
+        top = heap[0]
+        if _proven(best_x, -top[0], s, budget):
+            break
+        if solves >= s.coupling_nodes or clock.expired():
+            break
+        _, _, bands, nd = heapq.heappop(heap)
+        spread = _routing_spread(nd[2], nd[1], nd[3]) if nd[3].has_solution else {}
+        width = {d: bands.get(d, (0.0, 1.0))[1] - bands.get(d, (0.0, 1.0))[0] for d in dims}
+        moving = [d for d in dims if spread.get(d, 0.0) > 1e-9] or dims
+        dim = max(moving, key=lambda d: (width[d], -dims.index(d)))
+        lo, hi = bands.get(dim, (0.0, 1.0))
+        mid = (lo + hi) / 2
+        for child in ((lo, mid), (mid, hi)):
+            cb = {**bands, dim: child}
+            cn = node(cb)
+            solves += 1
+            done.append(cn)
+            if cn[6] is None and cn[3].status != "infeasible":
+                unknown = True
+            if cn[0][0] > best_x:
+                best_x = cn[0][0]
+            push(cn, cb)
+    bound = best_x if not heap else max(best_x, -heap[0][0])
+    if unknown:
+        bound = None
+    done.sort(key=lambda t: t[0], reverse=True)
+    return done, bound
+
+
+def _slo_mixed_speeds(p: Problem) -> bool:
+    """Whether a tail-wait queue can take cores of more than one speed (its capacity curve is then conservative)."""
+    return any(len(speeds) > 1 for _, _, speeds, _ in slo_queues(p))
+
+
+def _label(sol: Solution, x_eval: float, bound: float | None, s: OptimizerSettings, clock: _Clock,
+           budget: float) -> None:
+    """Status and gap of a max-throughput answer from what is proven: `optimal` only when the evaluated
+    throughput reaches the proven bound within the requested gap; otherwise `feasible` (or `time_limit` when the
+    clock stopped the search) with the gap to the bound (None when no bound is proven)."""
+    if _proven(x_eval, bound, s, budget):
+        return
+    sol.gap = None if bound is None else max(0.0, (bound - x_eval) / max(1e-9, x_eval))
+    if sol.status != "time_limit":
+        sol.status = "time_limit" if clock.expired() else "feasible"
 
 
 def _solve_row(b: Built, p: Problem, layout: Layout, objective: Objective, backend: str, s: OptimizerSettings,

@@ -20,6 +20,12 @@ class OptimizerSettings(Input):
     """When breaking ties by power and cost, keep throughput within this relative distance of the optimum."""
     slo_iterations: int = Field(default=5, gt=0)
     """Solves allowed to settle per-queue utilization caps for a tool-wait target (and to add sandbox memory)."""
+    coupling_nodes: int = Field(default=48, gt=0)
+    """Most MILP solves of the branch and bound over routing utilization bands when sandbox memory couples mixed
+    GPU or CPU SKUs (advisor/optimize.py `_solve_coupled`). Each node halves one band; a node whose relaxation
+    bound is below the best evaluated answer is closed. On the enumeration-checked random instances the proof
+    closes within a few nodes; when the cap (or the time limit) stops it first, the answer is `feasible` with the
+    proven bound and gap."""
     row_pattern_iterations: int = Field(default=200, gt=0)
     """Column-generation rounds for a row of identical racks (advisor/rowpatterns.py). Each adds one rack pattern;
     the built-in presets converge in 10-60 rounds, and the bound is valid at any round, so the cap only costs gap."""
