@@ -9,6 +9,8 @@ from typing import Literal
 
 from pydantic import Field
 
+from advisor.certificate import Certificate
+from advisor.certificate import search as local_search
 from advisor.formulation import (Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound,
                                  power_terms, slo_queues)
 from advisor.options import Layout, ServerOption, enumerate_options, prune_dominated
@@ -110,6 +112,12 @@ class OptimizeResult(Frozen):
     """Cost and energy of the answer at its operating point (the evaluation's `tco`)."""
     message: str = ""
     warnings: list[str] = Field(default_factory=list)
+    bound_tasks_per_hour: float | None = None
+    """Max-throughput objectives: a proven upper bound on the throughput of any answer over the partitions tried
+    (None when none is proven, e.g. when the time limit stopped a search). `optimal` means the throughput reaches
+    it within the requested gap."""
+    certificate: Certificate | None = None
+    """Local search around the answer (advisor/certificate.py): neighbours evaluated and the best gain among them."""
 
 
 def partitions(workload: Workload, layout: Layout, servings: dict | None = None) -> list[list[list[str]]]:
@@ -443,6 +451,7 @@ def _configuration(b: Built, p: Problem, sol: Solution, layout: Layout) -> tuple
         if i in b.u:
             orch_per_gpu = max(0.0, sol.values.get(b.u[i], 0.0)) / (totals[i] * o.profile.gpus)
             orch_per_gpu = min(orch_per_gpu, o.profile.cores / o.profile.gpus)
+            orch_per_gpu = 0.0 if orch_per_gpu < 1e-9 else orch_per_gpu  # solver noise (the model takes >= 1e-9)
         tool_cores = o.profile.cores - orch_per_gpu * o.profile.gpus if i in b.u else o.profile.tool_cores
         qc = {}
         for qi, qn in enumerate(p.queue_names):
@@ -555,7 +564,9 @@ def optimize(
     cpu_ids: list[str] | None = None,
     settings: OptimizerSettings | None = None,
     explain: bool = True,
+    certify: bool = True,
 ) -> OptimizeResult:
+    """`certify`: run the local-search certificate on the answer (internal sub-solves leave it to the caller)."""
     s = settings or OptimizerSettings()
     clock = _Clock(time_limit_s or s.time_limit_s)
     t0 = time.perf_counter()
@@ -596,7 +607,7 @@ def optimize(
         single = optimize(workload, rack, catalog, layout=layout, racks=1, backend=backend,
                           time_limit_s=max(1.0, clock.remaining() / 3), objective=objective,
                           capital_budget_usd=None, gpu_ids=gpu_ids, cpu_ids=cpu_ids, settings=settings,
-                          explain=False) if capital_budget_usd is None else None
+                          explain=False, certify=False) if capital_budget_usd is None else None
     proven_ub: float | None = 0.0  # largest proven bound over the partitions tried (None: some unknown)
     for pi, part in enumerate(partitions(workload, layout, servings)):
         if pi > 0 and best is not None and not best[5]:
@@ -668,22 +679,29 @@ def optimize(
     # Shadow prices and +10% re-solves speak of throughput; for a cost objective they would answer another question.
     result = _result(p, b, sol, notes, layout, backend, s, clock, t0, explain and objective == "max_throughput",
                      ev_best)
+    bound = proven_ub if objective == "max_throughput" else None
+    budget = s.throughput_tie_tolerance * b.x_upper
+    result = result.model_copy(update={"bound_tasks_per_hour": bound})
     if racks > 1 and single is not None and single.configuration:
         rep = _replicate(single, racks, p, layout, backend, s, t0)
         if rep is not None and rep.throughput_tasks_per_hour > result.throughput_tasks_per_hour * (1 + MATERIAL_GAIN):
-            result = rep
-    if any_coupled and layout in RELAXES and objective == "max_throughput":
-        # Memory or tail-wait limits made the search heuristic: an answer of the layout this one relaxes is also
+            result = _relabel(rep, bound, s, clock, budget)
+    proven = objective == "max_throughput" and _proven(result.throughput_tasks_per_hour, bound, s, budget)
+    if any_coupled and layout in RELAXES and objective == "max_throughput" and not proven:
+        # Memory or tail-wait limits left the search unproven: an answer of the layout this one relaxes is also
         # an answer here, so never return less than it (keeps hybrid >= B >= A).
         sub = optimize(workload, rack, catalog, layout=RELAXES[layout], racks=racks, backend=backend,
                        time_limit_s=max(1.0, clock.remaining()), objective=objective,
                        required_tasks_per_hour=required_tasks_per_hour, capital_budget_usd=capital_budget_usd,
-                       gpu_ids=gpu_ids, cpu_ids=cpu_ids, settings=settings, explain=explain)
+                       gpu_ids=gpu_ids, cpu_ids=cpu_ids, settings=settings, explain=explain, certify=False)
         if sub.throughput_tasks_per_hour > result.throughput_tasks_per_hour * (1 + MATERIAL_GAIN):
-            result = sub.model_copy(update={
-                "layout": layout, "seconds": time.perf_counter() - t0,
+            result = _relabel(sub.model_copy(update={
+                "layout": layout, "seconds": time.perf_counter() - t0, "bound_tasks_per_hour": bound,
                 "warnings": sub.warnings + [f"layout {RELAXES[layout]}'s answer (also valid for {layout}) delivers "
-                                            "more under the tail-wait/memory limits than this layout's own search"]})
+                                            "more under the tail-wait/memory limits than this layout's own search"]}),
+                bound, s, clock, budget)
+    if certify and result.configuration:
+        result = _certify(result, p, options, layout, objective, capital_budget_usd, s, clock, t0, bound, budget)
     return result
 
 
@@ -866,6 +884,92 @@ def _solve_coupled(p: Problem, layout: Layout, objective: Objective, backend: st
         bound = None
     done.sort(key=lambda t: t[0], reverse=True)
     return done, bound
+
+
+def _relabel(res: OptimizeResult, bound: float | None, s: OptimizerSettings, clock: _Clock,
+             budget: float) -> OptimizeResult:
+    """An answer taken from another search (copied racks, the relaxed layout, a better neighbour), labelled by
+    this search's proven bound."""
+    x = res.throughput_tasks_per_hour
+    if _proven(x, bound, s, budget):
+        return res.model_copy(update={"status": "optimal" if res.status != "time_limit" else res.status,
+                                      "gap": max(0.0, (bound - x) / max(1e-9, x)), "bound_tasks_per_hour": bound})
+    return res.model_copy(update={
+        "status": "time_limit" if (clock.expired() or res.status == "time_limit") else "feasible",
+        "gap": None if bound is None else max(0.0, (bound - x) / max(1e-9, x)), "bound_tasks_per_hour": bound})
+
+
+def _certify(result: OptimizeResult, p: Problem, options: list[ServerOption], layout: Layout, objective: Objective,
+             capital_budget_usd: float | None, s: OptimizerSettings, clock: _Clock, t0: float,
+             bound: float | None, budget: float) -> OptimizeResult:
+    """Evaluate the answer's neighbours (advisor/certificate.py); adopt a better one and lower the status."""
+    cfg = Configuration.model_validate(result.configuration)
+    cat = _catalog_of(replace(p, options=options))
+    ev0 = result.evaluation
+    if ev0 is None:
+        return result
+    need = p.required_tasks_per_hour
+
+    def meets(ev: Evaluation) -> bool:
+        return ev.throughput_tasks_per_hour >= need * (1 - 1e-6) if need is not None else \
+            ev.throughput_tasks_per_hour > 0
+
+    gpu0 = next((bd.tasks_per_hour for bd in ev0.bounds if bd.name == "gpu"), 0.0)
+
+    def value(ev: Evaluation) -> float:
+        if objective == "max_throughput":
+            if layout == "a":  # GPU-first: never less GPU capacity
+                gpu = next((bd.tasks_per_hour for bd in ev.bounds if bd.name == "gpu"), 0.0)
+                if gpu < gpu0 * (1 - s.throughput_tie_tolerance):
+                    return -math.inf
+            return ev.throughput_tasks_per_hour
+        if not meets(ev):
+            return -math.inf
+        t = ev.tco
+        if objective == "min_power":
+            return -ev.power_w
+        if objective == "min_cost":
+            v = t.capital_usd if t is not None else None
+        elif objective == "min_cost_per_task":
+            v = t.cost_usd_per_1000_tasks if t is not None else None
+        else:
+            v = t.cost_usd_per_hour if t is not None else None
+        return -math.inf if v is None else -v
+
+    cfg2, ev2, cert = local_search(
+        cfg, value, lambda c: evaluate(c, p.workload, p.rack, cat, s.assumptions), options, p.rack,
+        capital_budget_usd, layout, s.certificate_min_gain, s.certificate_steps, clock.expired, ev0)
+    if not cert.adopted:
+        return result.model_copy(update={"certificate": cert, "seconds": time.perf_counter() - t0})
+    choices = []
+    for g in cfg2.servers:
+        o = next(o for o in options if (o.profile.chassis.id, o.profile.cpu.id, o.gpu_id, o.profile.gpus)
+                 == (g.chassis, g.cpu, g.gpu, g.gpus_per_server))
+        choices.append(ServerChoice(chassis=g.chassis, cpu=g.cpu, gpu=g.gpu, gpus_per_server=g.gpus_per_server,
+                                    count=g.count, rack=g.rack,
+                                    orchestration_cores_per_gpu=g.orchestration_cores_per_gpu,
+                                    queue_cores=g.queue_cores or {}, power_w_each=o.profile.power_w,
+                                    space_u_each=o.profile.space_u))
+    gpus = sum(c.count * c.gpus_per_server for c in choices)
+    orch = sum(c.count * c.gpus_per_server * c.orchestration_cores_per_gpu for c in choices)
+    host = sum(c.count * next(o.profile.cores for o in options if o.profile.chassis.id == c.chassis
+                              and o.profile.cpu.id == c.cpu and o.profile.gpus == c.gpus_per_server)
+               for c in choices if c.gpu)
+    new = result.model_copy(update={
+        "seconds": time.perf_counter() - t0, "throughput_tasks_per_hour": ev2.throughput_tasks_per_hour,
+        "predicted_tasks_per_hour": ev2.throughput_tasks_per_hour, "servers": choices,
+        "cores_per_gpu": host / gpus if gpus else None, "orchestration_cores_per_gpu": orch / gpus if gpus else None,
+        "queues": [q.model_dump() for q in ev2.queues], "power_w": ev2.power_w, "space_u": ev2.space_u,
+        "air_heat_w": ev2.air_heat_w, "liquid_heat_w": ev2.liquid_heat_w, "gpu_idle_fraction": ev2.gpu_idle_fraction,
+        "bottleneck": ev2.bottleneck, "configuration": cfg2.model_dump(mode="json", exclude_none=True),
+        "evaluation": ev2, "tco": ev2.tco, "constraints": [], "shadow_prices": [],
+        "message": _summary(ev2, result.binding_constraints), "certificate": cert,
+        "warnings": result.warnings + ev2.warnings[len(ev0.warnings):] + [
+            f"the local search found {cert.adopted} better neighbour(s) of the solver's answer and returns the "
+            "best (the MILP's relaxation missed them); constraint statuses and shadow prices are left out"]})
+    if objective == "max_throughput":
+        return _relabel(new, bound, s, clock, budget)
+    return new.model_copy(update={"status": "feasible", "gap": None})
 
 
 def _slo_mixed_speeds(p: Problem) -> bool:

@@ -26,6 +26,11 @@ class OptimizerSettings(Input):
     bound is below the best evaluated answer is closed. On the enumeration-checked random instances the proof
     closes within a few nodes; when the cap (or the time limit) stops it first, the answer is `feasible` with the
     proven bound and gap."""
+    certificate_min_gain: float = Field(default=1e-6, ge=0)
+    """A neighbour of the answer (advisor/certificate.py) beats it when it improves the objective by more than this
+    (relative): the MILP's own gap, so that solver tolerance never swaps answers."""
+    certificate_steps: int = Field(default=10, ge=0)
+    """Better neighbours adopted one after another at most (each step evaluates all neighbours again)."""
     row_pattern_iterations: int = Field(default=200, gt=0)
     """Column-generation rounds for a row of identical racks (advisor/rowpatterns.py). Each adds one rack pattern;
     the built-in presets converge in 10-60 rounds, and the bound is valid at any round, so the cap only costs gap."""
