@@ -26,7 +26,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from advisor.settings import OptimizerSettings
+from advisor.optimizer.settings import OptimizerSettings
 from models.catalog import Catalog
 from models.hardware import Rack
 from models.performance import stage_gpu_latency_s
@@ -38,7 +38,7 @@ ORCH_GRID = (0.25, 0.5, 0.75, 0.9, 1.0)
 
 
 def _servings(catalog: Catalog, workload: Workload, rack: Rack, layout: str):
-    from advisor.options import enumerate_options
+    from advisor.optimizer.options import enumerate_options
 
     s = OptimizerSettings()
     _, servings = enumerate_options(catalog, workload, rack, layout, s.layout_a_orchestration_cores_per_gpu,

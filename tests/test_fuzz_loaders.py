@@ -17,7 +17,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -25,9 +24,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from advisor.catalog import MAX_YAML_DEPTH, MAX_YAML_NODES, load_catalog, load_rack, load_workload, parse_yaml
-from advisor.cli import app as cli_app
+from advisor.cli.main import app as cli_app
 from advisor.errors import InputError
-from advisor.scenarios import load_scenarios, resolve
+from advisor.studies.scenarios import load_scenarios, resolve
 from advisor.service import evaluate_configuration
 from api_server import MINI, Server
 from models.catalog import UnknownId

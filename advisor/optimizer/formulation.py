@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from advisor.options import ServerOption
-from advisor.settings import OptimizerSettings
-from advisor.slo_curve import QueueCalls, curve, max_servers_bound, queue_calls
+from advisor.optimizer.groups import group_of
+from advisor.optimizer.options import ServerOption
+from advisor.optimizer.settings import OptimizerSettings
+from advisor.optimizer.slo_curve import QueueCalls, curve, max_servers_bound, queue_calls
 from advisor.solver.linear import LinearModel, safe_name
 from models.hardware import Rack
 from models.performance import GpuServing, cpu_call_seconds, stage_gpu_latency_s
@@ -52,7 +53,7 @@ class Problem:
     the curves at the slowest speed of a mix are conservative)."""
     bands: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Utilization bands of the memory-coupled routing (`sku_routing`): "gpu" for the GPU pool, "q<i>" for tool
-    queue i; missing keys are (0, 1). The spatial branch and bound of advisor/coupled.py narrows them."""
+    queue i; missing keys are (0, 1). The spatial branch and bound of advisor/optimizer/optimize.py (`_solve_coupled`) narrows them."""
 
     def __post_init__(self) -> None:
         if not self.queue_names:
@@ -178,7 +179,7 @@ def throughput_upper_bound(p: Problem) -> float:
 
 def build(p: Problem, memory: bool = True) -> Built:
     """The MILP; `memory=False` leaves out sandbox memory (and the SKU choices it needs) for a first, easier solve."""
-    m = LinearModel("rack_advisor")
+    m = LinearModel("rack_advisor", check_group=group_of)
     n = add_server_vars(m, p)
     x = m.var("X", 0, None)
     x_ub = throughput_upper_bound(p)
@@ -269,7 +270,7 @@ def add_sku_routing(m: LinearModel, p: Problem, n, y, u, x: str, count, has_llm:
     flows are free within a band: lo cap_g <= flow_g <= hi cap_g with the band (lo, hi) from `p.bands` (default
     (0, 1)). Every real configuration whose utilization lies in the band is feasible with its own proportional
     flows, so the model is a relaxation of the evaluator on that band (mixed SKUs included); as the band narrows
-    the flows are forced to the proportional ones. advisor/coupled.py branches on the bands until the relaxation's
+    the flows are forced to the proportional ones. advisor/optimizer/optimize.py (`_solve_coupled`) branches on the bands until the relaxation's
     bound meets an evaluated answer.
 
     For the bound to be reachable, a flexible GPU server's serving capacity is its actual one: s_o equals the
@@ -348,7 +349,7 @@ def slo_queues(p: Problem) -> list[tuple[int, str, list[float], list[QueueCalls]
 
 def add_slo_curves(m: LinearModel, p: Problem, y, x: str, count) -> None:
     """slo:<q>: the queue's call rate under its piecewise-linear capacity curve in its integer server count
-    (advisor/slo_curve.py; docs/model.md section 9.4). The curve is chosen together with a core-speed level: at level
+    (advisor/optimizer/slo_curve.py; docs/model.md section 9.4). The curve is chosen together with a core-speed level: at level
     l the queue takes cores only from servers at least that fast, and the curve assumes speed l (conservative for a
     mix, exact for one speed). One binary per (level, segment); exactly one is set."""
     s = p.settings

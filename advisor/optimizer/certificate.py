@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from advisor.options import ServerOption
+from advisor.optimizer.options import ServerOption
 from models.base import Frozen
 from models.config import Configuration, ServerGroup
 from models.hardware import Rack

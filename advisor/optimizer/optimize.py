@@ -9,14 +9,15 @@ from typing import Literal
 
 from pydantic import Field
 
-from advisor.certificate import Certificate
-from advisor.certificate import search as local_search
-from advisor.formulation import (Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound,
+from advisor.optimizer.certificate import Certificate
+from advisor.optimizer.certificate import search as local_search
+from advisor.optimizer.groups import BUDGET_GROUPS, BUDGET_UNITS
+from advisor.optimizer.formulation import (Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound,
                                  power_terms, slo_queues)
-from advisor.options import Layout, ServerOption, enumerate_options, prune_dominated
-from advisor.settings import OptimizerSettings
+from advisor.optimizer.options import Layout, ServerOption, enumerate_options, prune_dominated
+from advisor.optimizer.settings import OptimizerSettings
 from advisor.solver import LinearModel, Solution, Var, solve
-from advisor.tco_objective import TCO_OBJECTIVES, solve_tco
+from advisor.optimizer.objectives import TCO_OBJECTIVES, solve_tco
 from models.base import Frozen
 from models.catalog import Catalog
 from models.config import Configuration, OperatingPoint, Queue, ServerGroup
@@ -34,8 +35,6 @@ MATERIAL_GAIN = 1e-6
 tie-breaks may give up to `throughput_tie_tolerance` of throughput for lower power)."""
 RELAXES = {"hybrid": "b", "b": "a"}
 """Each layout's feasible set contains the one named here."""
-BUDGET_GROUPS = ("power", "cooling_air", "cooling_liquid", "space", "capital")
-BUDGET_UNITS = {"power": "W", "cooling_air": "W", "cooling_liquid": "W", "space": "U", "capital": "USD"}
 
 
 class ServerChoice(Frozen):
@@ -117,7 +116,7 @@ class OptimizeResult(Frozen):
     (None when none is proven, e.g. when the time limit stopped a search). `optimal` means the throughput reaches
     it within the requested gap."""
     certificate: Certificate | None = None
-    """Local search around the answer (advisor/certificate.py): neighbours evaluated and the best gain among them."""
+    """Local search around the answer (advisor/optimizer/certificate.py): neighbours evaluated and the best gain among them."""
 
 
 def partitions(workload: Workload, layout: Layout, servings: dict | None = None) -> list[list[list[str]]]:
@@ -504,7 +503,7 @@ def _constraint_status(b: Built, p: Problem, sol: Solution) -> list[ConstraintSt
 
 def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clock: _Clock, layout: Layout,
                    x_best: float, explain_resolve: bool) -> list[ShadowPrice]:
-    from advisor.rowpatterns import _lp, polish
+    from advisor.optimizer.rows import _lp, polish
 
     # The LP relaxation is solved in process by HiGHS whatever the backend: where budgets bind together (a rack's
     # power and air cooling, say) its duals are not unique, and CLP and GLOP put them on different budgets; CBC
@@ -719,7 +718,7 @@ def _canonical(b: Built, p: Problem, model: LinearModel, sol: Solution, objectiv
     thus go to orchestration (up to what the GPUs use) and then to tools rather than idle: where the MILP is
     conservative (tail-wait curves assume the slowest core speed of a mix) that spare is headroom the evaluator
     credits. TCO objectives keep their own objective (it prices the dispatch flows)."""
-    from advisor.rowpatterns import canonical_racks, polish
+    from advisor.optimizer.rows import canonical_racks, polish
 
     if not sol.has_solution or b.x not in sol.values:
         return sol
@@ -767,7 +766,7 @@ an `optimal` objective are widened by it."""
 def _routing_spread(b: Built, p: Problem, sol: Solution) -> dict[str, float]:
     """Per routing dimension, how far the solution's flows are from proportional: max - min of flow / capacity
     over the SKUs with capacity (0 when forced)."""
-    from advisor.formulation import routing_dims
+    from advisor.optimizer.formulation import routing_dims
 
     vals = sol.values
     out: dict[str, float] = {}
@@ -817,7 +816,7 @@ def _solve_coupled(p: Problem, layout: Layout, objective: Objective, backend: st
     bound on X (None if unknown)."""
     import heapq
 
-    from advisor.formulation import routing_dims
+    from advisor.optimizer.formulation import routing_dims
 
     def node(bands: dict[str, tuple[float, float]]):
         pn = replace(p, bands=dict(bands))
@@ -902,7 +901,7 @@ def _relabel(res: OptimizeResult, bound: float | None, s: OptimizerSettings, clo
 def _certify(result: OptimizeResult, p: Problem, options: list[ServerOption], layout: Layout, objective: Objective,
              capital_budget_usd: float | None, s: OptimizerSettings, clock: _Clock, t0: float,
              bound: float | None, budget: float) -> OptimizeResult:
-    """Evaluate the answer's neighbours (advisor/certificate.py); adopt a better one and lower the status."""
+    """Evaluate the answer's neighbours (advisor/optimizer/certificate.py); adopt a better one and lower the status."""
     cfg = Configuration.model_validate(result.configuration)
     cat = _catalog_of(replace(p, options=options))
     ev0 = result.evaluation
@@ -992,9 +991,9 @@ def _label(sol: Solution, x_eval: float, bound: float | None, s: OptimizerSettin
 def _solve_row(b: Built, p: Problem, layout: Layout, objective: Objective, backend: str, s: OptimizerSettings,
                clock: _Clock, memory: bool) -> tuple[Solution, LinearModel, list[str]]:
     """R identical racks. For max_throughput (layouts b and hybrid) solve the rack-pattern program of
-    advisor/rowpatterns.py, seeded with the best single rack; it proves its gap with a column-generation bound.
+    advisor/optimizer/rows.py, seeded with the best single rack; it proves its gap with a column-generation bound.
     Otherwise, or when the model does not aggregate, solve the row MILP directly from R copies of the best rack."""
-    from advisor.rowpatterns import solve_row
+    from advisor.optimizer.rows import solve_row
 
     single = _single_rack(p, layout, objective, backend, s, clock, memory)
     if objective == "max_throughput" and layout != "a":

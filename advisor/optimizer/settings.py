@@ -22,24 +22,24 @@ class OptimizerSettings(Input):
     """Solves allowed to settle per-queue utilization caps for a tool-wait target (and to add sandbox memory)."""
     coupling_nodes: int = Field(default=48, gt=0)
     """Most MILP solves of the branch and bound over routing utilization bands when sandbox memory couples mixed
-    GPU or CPU SKUs (advisor/optimize.py `_solve_coupled`). Each node halves one band; a node whose relaxation
+    GPU or CPU SKUs (advisor/optimizer/optimize.py `_solve_coupled`). Each node halves one band; a node whose relaxation
     bound is below the best evaluated answer is closed. On the enumeration-checked random instances the proof
     closes within a few nodes; when the cap (or the time limit) stops it first, the answer is `feasible` with the
     proven bound and gap."""
     certificate_min_gain: float = Field(default=1e-6, ge=0)
-    """A neighbour of the answer (advisor/certificate.py) beats it when it improves the objective by more than this
+    """A neighbour of the answer (advisor/optimizer/certificate.py) beats it when it improves the objective by more than this
     (relative): the MILP's own gap, so that solver tolerance never swaps answers."""
     certificate_steps: int = Field(default=10, ge=0)
     """Better neighbours adopted one after another at most (each step evaluates all neighbours again)."""
     row_pattern_iterations: int = Field(default=200, gt=0)
-    """Column-generation rounds for a row of identical racks (advisor/rowpatterns.py). Each adds one rack pattern;
+    """Column-generation rounds for a row of identical racks (advisor/optimizer/rows.py). Each adds one rack pattern;
     the built-in presets converge in 10-60 rounds, and the bound is valid at any round, so the cap only costs gap."""
     row_pattern_enumeration_limit: int = Field(default=20000, gt=0)
     """Most rack patterns enumerated to close a row's remaining gap exactly (patterns within the gap in reduced cost);
     beyond it the gap is reported as is. 20,000 columns keep the integer master to seconds with CBC."""
     slo_curve_exact_servers: int = Field(default=16, ge=1)
     """Tool-queue sizes (servers) up to which the tail-wait capacity curve has a breakpoint at every integer, so it is
-    exact (advisor/slo_curve.py). Small queues are where pooling bends the curve most; above this the segments grow
+    exact (advisor/optimizer/slo_curve.py). Small queues are where pooling bends the curve most; above this the segments grow
     while the secant stays within `slo_curve_tolerance`."""
     slo_curve_tolerance: float = Field(default=1e-3, gt=0, lt=0.1)
     """Largest relative understatement of a queue's tail-wait capacity between breakpoints above the exact range. The

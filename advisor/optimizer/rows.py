@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
-from advisor.formulation import Built, Problem
+from advisor.optimizer.formulation import Built, Problem
+from advisor.optimizer.groups import RACK_GROUPS
 from advisor.solver import LinearModel, Solution
 from advisor.solver.backends import OPTIMAL_GAP
 
-RACK_GROUPS = ("power", "cooling_air", "cooling_liquid", "space")
 """Constraint groups written once per rack; the patterns carry them."""
 PER_RACK_COPY_GROUPS = ("sku_choice",)
 """Groups whose per-rack copies (n_{r,o} <= ub * w_g) sum exactly to one row constraint."""
@@ -78,7 +78,7 @@ def _aggregate(b: Built, p: Problem) -> _Master | None:
     """The row model with totals instead of per-rack counts, or None if a constraint does not aggregate exactly."""
     var_of = {v: (r, i) for (r, i), v in b.n.items()}
     options = sorted({i for (_, i) in b.n})
-    m = LinearModel(b.model.name + "_row")
+    m = LinearModel(b.model.name + "_row", check_group=b.model.check_group)
     for name, v in b.model.vars.items():
         if name not in var_of:
             m.vars[name] = v
@@ -402,7 +402,8 @@ def polish(model: LinearModel, sol: Solution, objectives: list[tuple[dict[str, f
     integer = {k for k, v in model.vars.items() if v.integer}
     fixed = LinearModel(model.name, {k: (type(v)(v.name, round(sol.values.get(k, 0.0)), round(sol.values.get(k, 0.0)),
                                                  False) if v.integer else v) for k, v in model.vars.items()},
-                        [c for c in model.constraints if not all(k in integer for k in c.terms)], {}, True)
+                        [c for c in model.constraints if not all(k in integer for k in c.terms)], {}, True,
+                        model.check_group)
     x = None
     for k, (terms, maximize) in enumerate(objectives):
         terms = {n: (a if maximize else -a) for n, a in terms.items() if n not in integer}
