@@ -1,0 +1,81 @@
+"""Exactness where sandbox memory binds and SKUs mix: the optimizer against exhaustive enumeration
+(tests/oracle_memory.py), its proven bound, its status label and its local-search certificate.
+
+- The proven bound is never below an enumerated configuration's throughput (it is a valid bound).
+- An answer labelled `optimal` is never beaten by an enumerated configuration (beyond the gap).
+- The certificate evaluated neighbours and none beats the answer.
+The big sweep (>= 100 instances, both backends on a part) is `test_memory_oracle_sweep`; the fast one checks a
+handful of seeds."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from oracle_memory import memory_instance, oracle
+
+from advisor.optimizer.optimize import optimize
+from advisor.optimizer.settings import OptimizerSettings
+
+REL = 1e-6
+MIN_GAIN = OptimizerSettings().certificate_min_gain
+
+
+@functools.lru_cache(maxsize=None)
+def _instance(seed: int, max_vectors: int):
+    return memory_instance(seed, max_vectors)
+
+
+def _check(seed: int, max_vectors: int, backend: str = "cbc") -> str | None:
+    got = _instance(seed, max_vectors)
+    if got is None:
+        return None
+    inst, layout = got
+    orc = oracle(inst, layout)
+    res = optimize(inst.workload, inst.rack, inst.catalog, layout=layout, backend=backend, explain=False)
+    x = res.throughput_tasks_per_hour
+    ctx = (f"seed={seed} layout={layout} backend={backend}: optimizer {x!r} ({res.status}, gap {res.gap}, bound "
+           f"{res.bound_tasks_per_hour}), oracle {orc.tasks_per_hour!r} {orc.counts}, servers "
+           f"{[(s.count, s.chassis, s.cpu, s.gpu, s.gpus_per_server) for s in res.servers]}")
+    ev = res.evaluation
+    assert ev is not None, ctx
+    assert any(b.kind == "memory" for b in ev.bounds), ctx
+    assert res.bound_tasks_per_hour is not None, ctx
+    assert orc.tasks_per_hour <= res.bound_tasks_per_hour * (1 + 1e-9) + 1e-9, "bound below a real answer: " + ctx
+    assert x <= res.bound_tasks_per_hour * (1 + 1e-9) + 1e-9, ctx
+    if res.status == "optimal":
+        assert x >= orc.tasks_per_hour * (1 - REL) - 1e-9, "labelled optimal but beaten: " + ctx
+    cert = res.certificate
+    assert cert is not None and cert.complete, ctx
+    assert cert.neighbours > 0, ctx
+    assert cert.adopted == 0 and (cert.best_gain is None or cert.best_gain <= MIN_GAIN), (
+        f"certificate found a better neighbour ({cert}): " + ctx)
+    return res.status
+
+
+def test_memory_binding_mixed_skus_fast():
+    statuses = [s for s in (_check(seed, 300) for seed in range(0, 24)) if s is not None]
+    assert len(statuses) >= 10
+    assert statuses.count("optimal") >= 0.8 * len(statuses), statuses
+
+
+@pytest.mark.parametrize("block", range(8))
+def test_memory_oracle_sweep(block):
+    """>= 100 instances over the 8 blocks (25 seeds each; about two thirds give a memory-binding two-SKU
+    instance), vectors up to 2,000 per instance."""
+    statuses = [s for s in (_check(seed, 2000) for seed in range(100 + 25 * block, 125 + 25 * block))
+                if s is not None]
+    assert len(statuses) >= 12, len(statuses)
+    assert statuses.count("optimal") >= 0.8 * len(statuses), statuses
+
+
+@pytest.mark.parametrize("seed", [3, 10, 21])
+def test_backends_agree_under_memory(seed):
+    got = _instance(seed, 300)
+    assert got is not None
+    inst, layout = got
+    a = optimize(inst.workload, inst.rack, inst.catalog, layout=layout, backend="cbc", explain=False)
+    b = optimize(inst.workload, inst.rack, inst.catalog, layout=layout, backend="ortools", explain=False)
+    assert a.configuration == b.configuration
+    assert a.status == b.status
+    assert a.certificate == b.certificate
