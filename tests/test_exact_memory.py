@@ -79,3 +79,40 @@ def test_backends_agree_under_memory(seed):
     assert a.configuration == b.configuration
     assert a.status == b.status
     assert a.certificate == b.certificate
+
+
+@pytest.mark.parametrize("seed", [3, 5, 10, 20, 23])
+def test_certificate_ceiling_matches_the_evaluator(seed):
+    """The certificate's cheap screen equals the evaluator's sustainable throughput (no tail-wait target here) on
+    the answer and on every neighbour that fits, so a screened-out neighbour really cannot beat the answer."""
+    from advisor.optimizer.certificate import ceiling_tasks_per_hour, fits, neighbours
+    from advisor.optimizer.optimize import _catalog_of
+    from advisor.optimizer.formulation import Problem
+    from advisor.optimizer.options import enumerate_options
+    from models.config import Configuration
+    from models.pipeline import evaluate
+
+    got = _instance(seed, 300)
+    assert got is not None
+    inst, layout = got
+    res = optimize(inst.workload, inst.rack, inst.catalog, layout=layout, explain=False)
+    s = OptimizerSettings()
+    options, servings = enumerate_options(inst.catalog, inst.workload, inst.rack, layout,
+                                          s.layout_a_orchestration_cores_per_gpu,
+                                          s.assumptions.host_os_reserved_memory_gb,
+                                          s.assumptions.tensor_parallel_domain_gpus)
+    cat = _catalog_of(Problem(inst.workload, inst.rack, 1, options, servings, [[]]))
+    cfg = Configuration.model_validate(res.configuration)
+    queues = {q.name: list(q.classes) for q in cfg.queues}
+    checked = 0
+    for groups in [list(cfg.servers)] + neighbours(cfg, options, list(queues), layout):
+        if not groups or not fits(groups, options, inst.rack, 1, None):
+            continue
+        try:
+            ev = evaluate(cfg.model_copy(update={"servers": groups}), inst.workload, inst.rack, cat, s.assumptions)
+        except ValueError:
+            continue
+        c = ceiling_tasks_per_hour(groups, options, inst.workload, queues, servings)
+        assert c == pytest.approx(ev.throughput_tasks_per_hour, rel=1e-9, abs=1e-9), groups
+        checked += 1
+    assert checked > 3

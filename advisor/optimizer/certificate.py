@@ -23,7 +23,11 @@ from advisor.optimizer.options import ServerOption
 from models.base import Frozen
 from models.config import Configuration, ServerGroup
 from models.hardware import Rack
+from models.performance import GpuServing, cpu_call_seconds, stage_gpu_latency_s
 from models.pipeline import Evaluation
+from models.workload import CpuStage, GpuStage, Workload
+
+HOUR_S = 3600.0
 
 CORE_STEPS = (1.0, 0.1)
 """Cores per server moved between orchestration and queues in the core-move neighbours (a whole core, and a tenth
@@ -32,11 +36,12 @@ for splits the MILP sets to fractions)."""
 
 class Certificate(Frozen):
     neighbours: int
-    """Neighbours of the returned answer evaluated (within budgets)."""
+    """Neighbours of the returned answer checked (within budgets): evaluated, or shown by a cheap upper bound on
+    their throughput not to beat it."""
     best_gain: float | None
-    """Best relative improvement any of them gives in the objective's terms (throughput for the throughput
-    objectives, cost or power for the others); <= the minimum gain means none beats the answer. None when no
-    neighbour was evaluated."""
+    """Best relative improvement among the fully evaluated ones, in the objective's terms (throughput for the
+    throughput objectives, cost or power for the others); <= the minimum gain means none beats the answer. None when
+    every neighbour was settled by the bound."""
     adopted: int = 0
     """Better neighbours adopted before this answer (0: the solver's answer stood)."""
     complete: bool = True
@@ -184,12 +189,70 @@ def fits(groups: list[ServerGroup], options: list[ServerOption], rack: Rack, rac
     return capital_budget_usd is None or capital <= capital_budget_usd * (1 + 1e-12)
 
 
+def ceiling_tasks_per_hour(groups: list[ServerGroup], options: list[ServerOption], workload: Workload,
+                           queues: dict[str, list[str]], servings: dict[str, GpuServing]) -> float:
+    """The evaluator's sustainable throughput without the tail-wait bounds (so at least the evaluator's): GPU
+    serving (per server the smaller of GPU and orchestration capacity), each queue's tool cores and each queue's
+    sandbox memory with calls routed in proportion to capacity, as models/pipeline.py `evaluate` computes them
+    (tests/test_exact_memory.py checks the two agree). Cheap: screens neighbours before a full evaluation."""
+    by_key = {_opt_key(o): o for o in options}
+    cap: dict[str, float] = {}
+    qcores: dict[str, float] = dict.fromkeys(queues, 0.0)
+    qcap = dict(qcores)
+    qmem = dict(qcores)
+    for g in groups:
+        o = by_key[_grp_key(g)]
+        pr = o.profile
+        if pr.gpus:
+            if o.flexible_orchestration:
+                k = pr.orchestration_tasks_per_core_s
+                orch = math.inf if not math.isfinite(k) else k * g.orchestration_cores_per_gpu * pr.gpus
+                serve = min(pr.gpu_tasks_per_s, orch)
+            else:
+                serve = pr.serving_tasks_per_s
+            cap[pr.serving_key] = cap.get(pr.serving_key, 0.0) + g.count * serve
+        for q, c in (g.queue_cores or {}).items():
+            if q in qcores:
+                qcores[q] += g.count * c
+                qcap[q] += g.count * c * pr.per_core_perf
+                qmem[q] += g.count * c * pr.memory_per_core_gb
+    total = sum(cap.values())
+    llm = any(isinstance(st, GpuStage) for c in workload.classes for st in c.stages)
+    out = [total] if llm else []
+    route = {k: v / total for k, v in cap.items()} if total > 0 else {k: 1.0 / len(cap) for k in cap}
+    cls = {c.name: c for c in workload.classes}
+    for q, names in queues.items():
+        perf = qcap[q] / qcores[q] if qcores[q] > 0 else 1.0
+        work = demand = 0.0
+        for name in names:
+            c = cls[name]
+            t = 0.0
+            for st in c.stages:
+                if isinstance(st, GpuStage):
+                    t += st.count * sum(r * stage_gpu_latency_s(st, workload.served_model, servings[k])
+                                        for k, r in route.items())
+                elif isinstance(st, CpuStage):
+                    t += st.count * cpu_call_seconds(st, perf)
+                    work += c.share * st.count * st.core_seconds
+                else:
+                    t += st.count * st.seconds
+            demand += c.share * t * c.sandbox_memory_gb
+        if work > 0:
+            out.append(qcap[q] / work)
+        if demand > 0:
+            out.append(qmem[q] / demand)
+    return max(0.0, min(out)) * HOUR_S if out else 0.0
+
+
 def search(cfg: Configuration, value: Callable[[Evaluation], float], evaluate: Callable[[Configuration], Evaluation],
            options: list[ServerOption], rack: Rack, capital_budget_usd: float | None, layout: str,
            min_gain: float, max_steps: int, expired: Callable[[], bool],
-           current: Evaluation) -> tuple[Configuration, Evaluation, Certificate]:
+           current: Evaluation, promising: Callable[[list[ServerGroup], Evaluation], bool] | None = None
+           ) -> tuple[Configuration, Evaluation, Certificate]:
     """Hill-climb from `cfg`: adopt the best neighbour while one beats the current answer by more than `min_gain`
-    (relative, in `value`, larger is better). Returns the final configuration, its evaluation and its certificate."""
+    (relative, in `value`, larger is better). `promising(groups, current)` False means the neighbour cannot beat
+    the current answer (a cheap bound says so): it counts as checked without a full evaluation. Returns the final
+    configuration, its evaluation and its certificate."""
     queues = [q.name for q in cfg.queues] if cfg.queues else []
     adopted = 0
     while True:
@@ -200,6 +263,9 @@ def search(cfg: Configuration, value: Callable[[Evaluation], float], evaluate: C
                 complete = False
                 break
             if not groups or not fits(groups, options, rack, cfg.racks, capital_budget_usd):
+                continue
+            if promising is not None and not promising(groups, current):
+                count += 1
                 continue
             try:
                 nb = cfg.model_copy(update={"servers": groups})

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from advisor.optimizer.certificate import Certificate
+from advisor.optimizer.certificate import ceiling_tasks_per_hour
 from advisor.optimizer.certificate import search as local_search
 from advisor.optimizer.groups import BUDGET_GROUPS, BUDGET_UNITS
 from advisor.optimizer.formulation import (Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound,
@@ -935,9 +936,18 @@ def _certify(result: OptimizeResult, p: Problem, options: list[ServerOption], la
             v = t.cost_usd_per_hour if t is not None else None
         return -math.inf if v is None else -v
 
+    queues = {q.name: list(q.classes) for q in cfg.queues} if cfg.queues else {}
+    servings = {o.serving_key: p.servings[o.serving_key] for o in options if o.serving_key in p.servings}
+
+    def promising(groups: list[ServerGroup], cur: Evaluation) -> bool:
+        ceiling = ceiling_tasks_per_hour(groups, options, p.workload, queues, servings)
+        if objective == "max_throughput":
+            return ceiling > cur.throughput_tasks_per_hour * (1 + s.certificate_min_gain)
+        return need is None or ceiling >= need * (1 - 1e-6)
+
     cfg2, ev2, cert = local_search(
         cfg, value, lambda c: evaluate(c, p.workload, p.rack, cat, s.assumptions), options, p.rack,
-        capital_budget_usd, layout, s.certificate_min_gain, s.certificate_steps, clock.expired, ev0)
+        capital_budget_usd, layout, s.certificate_min_gain, s.certificate_steps, clock.expired, ev0, promising)
     if not cert.adopted:
         return result.model_copy(update={"certificate": cert, "seconds": time.perf_counter() - t0})
     choices = []
