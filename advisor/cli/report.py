@@ -51,7 +51,7 @@ def register(app: typer.Typer) -> None:
         layout: Optional[_Layout] = typer.Option(None, "--layout", help="Recommend this layout (default: the best)."),
         compare: bool = typer.Option(False, "--compare", help="Recommend the best of A, B and hybrid (default)."),
         solver: _Solver = typer.Option(_Solver.cbc, "--solver"),
-        time_limit: float = typer.Option(30.0, "--time-limit", min=1, help="Seconds per layout."),
+        time_limit: float = typer.Option(30.0, "--time-limit", min=1, help="Seconds for the whole report (comparison, sweeps, chip-vs-rack)."),
         no_sensitivity: bool = typer.Option(False, "--no-sensitivity", help="Skip the sensitivity sweeps (faster)."),
         catalog_dir: Optional[Path] = typer.Option(None, "--catalog", help="Catalog folder instead of the built-in one."),
         output: Path = typer.Option(Path("report.html"), "--output", "-o", help="HTML file to write."),

@@ -276,7 +276,9 @@ def search(cfg: Configuration, value: Callable[[Evaluation], float], evaluate: C
                 continue
             count += 1
             v = value(ev)
-            gain = (v - base) / max(abs(base), 1e-9) if math.isfinite(v) else -math.inf
+            if not math.isfinite(v):
+                continue  # not a valid answer of the request (misses what is required, less GPU for layout A)
+            gain = (v - base) / max(abs(base), 1e-9)
             if best_gain is None or gain > best_gain:
                 best_gain, best = gain, (nb, ev)
         if best is not None and best_gain is not None and best_gain > min_gain and adopted < max_steps:

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from advisor.deadline import Deadline
 from advisor.optimizer.certificate import Certificate
 from advisor.optimizer.certificate import ceiling_tasks_per_hour
 from advisor.optimizer.certificate import search as local_search
@@ -201,23 +202,8 @@ def _fix(model: LinearModel, name: str, terms: dict[str, float], sense: str, rhs
     return m
 
 
-class _Clock:
-    """The whole optimization's time budget. Loops stop starting new solves once it is spent; a solve already
-    due gets at least MIN_SOLVE_S so that it can return its best solution so far."""
-
-    MIN_SOLVE_S = 1.0
-
-    def __init__(self, limit: float):
-        self.t0, self.limit = time.perf_counter(), limit
-
-    def remaining(self) -> float:
-        return self.limit - (time.perf_counter() - self.t0)
-
-    def expired(self) -> bool:
-        return self.remaining() <= 0
-
-    def left(self) -> float:
-        return max(self.MIN_SOLVE_S, self.remaining())
+_Clock = Deadline
+"""The whole optimization's time budget (advisor/deadline.py): loops stop starting new solves once it is spent."""
 
 
 def tie_break_objective(b: Built, p: Problem) -> dict[str, float]:
@@ -318,7 +304,7 @@ def _lexicographic(model: LinearModel, b: Built, backend: str, s: OptimizerSetti
         return first, m
     sol, cur = first, m
     for name, objective, maximize in stages[1:]:
-        if clock.expired():
+        if clock.no_time():
             break
         if not objective:  # nothing to rank by (no prices): the next stage keeps this one's window
             continue
@@ -525,7 +511,7 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
         scale = 1000.0 if unit == "W" else 1.0
         label_unit = "kW" if unit == "W" else unit
         takes = None
-        if explain_resolve and x_best > 0:
+        if explain_resolve and x_best > 0 and not clock.no_time():
             cons = [c for c in b.model.constraints if c.group == g]
             m = LinearModel("what_if", _without_count_bounds(b),
                             [c if c.group != g else type(c)(c.name, c.group, c.terms, c.sense, c.rhs * 1.1)
@@ -565,10 +551,14 @@ def optimize(
     settings: OptimizerSettings | None = None,
     explain: bool = True,
     certify: bool = True,
+    deadline: Deadline | None = None,
 ) -> OptimizeResult:
-    """`certify`: run the local-search certificate on the answer (internal sub-solves leave it to the caller)."""
+    """`certify`: run the local-search certificate on the answer (internal sub-solves leave it to the caller).
+    `deadline`: the request's clock (advisor/deadline.py); this call ends by it and by its own time limit."""
     s = settings or OptimizerSettings()
-    clock = _Clock(time_limit_s or s.time_limit_s)
+    full = Deadline(time_limit_s or s.time_limit_s, parent=deadline)
+    # the search leaves the certificate its share of the clock
+    clock = Deadline(full.limit * (1 - s.certificate_time_share), parent=full) if certify else full
     t0 = time.perf_counter()
     options, servings = enumerate_options(
         catalog, workload, rack, layout, s.layout_a_orchestration_cores_per_gpu,
@@ -605,14 +595,14 @@ def optimize(
     if racks > 1 and objective == "max_throughput":
         # R copies of the best single rack are a valid answer for R identical racks; the row search must beat it.
         single = optimize(workload, rack, catalog, layout=layout, racks=1, backend=backend,
-                          time_limit_s=max(1.0, clock.remaining() / 3), objective=objective,
+                          deadline=clock.share(3), objective=objective,
                           capital_budget_usd=None, gpu_ids=gpu_ids, cpu_ids=cpu_ids, settings=settings,
                           explain=False, certify=False) if capital_budget_usd is None else None
     proven_ub: float | None = 0.0  # largest proven bound over the partitions tried (None: some unknown)
     for pi, part in enumerate(partitions(workload, layout, servings)):
         if pi > 0 and best is not None and not best[5]:
             break  # without memory or tail limits in play one shared queue is never worse than split ones
-        if pi > 0 and clock.expired():
+        if pi > 0 and clock.no_time():
             proven_ub = None  # partitions left untried
             break
         part_ub: float | None = None
@@ -623,7 +613,7 @@ def optimize(
         memory = False
         coupled = False
         for it in range(s.slo_iterations):
-            if it > 0 and clock.expired():
+            if it > 0 and clock.no_time():
                 break
             p.options = options if memory else capacity_options
             # With memory (and no tail-wait curves) the routing over mixed SKUs is solved by branch and bound on
@@ -683,15 +673,15 @@ def optimize(
     budget = s.throughput_tie_tolerance * b.x_upper
     result = result.model_copy(update={"bound_tasks_per_hour": bound})
     if racks > 1 and single is not None and single.configuration:
-        rep = _replicate(single, racks, p, layout, backend, s, t0)
+        rep = _replicate(single, racks, p, layout, backend, s, t0, options)
         if rep is not None and rep.throughput_tasks_per_hour > result.throughput_tasks_per_hour * (1 + MATERIAL_GAIN):
             result = _relabel(rep, bound, s, clock, budget)
     proven = objective == "max_throughput" and _proven(result.throughput_tasks_per_hour, bound, s, budget)
-    if any_coupled and layout in RELAXES and objective == "max_throughput" and not proven:
+    if any_coupled and layout in RELAXES and objective == "max_throughput" and not proven and not clock.no_time():
         # Memory or tail-wait limits left the search unproven: an answer of the layout this one relaxes is also
         # an answer here, so never return less than it (keeps hybrid >= B >= A).
         sub = optimize(workload, rack, catalog, layout=RELAXES[layout], racks=racks, backend=backend,
-                       time_limit_s=max(1.0, clock.remaining()), objective=objective,
+                       deadline=clock, objective=objective,
                        required_tasks_per_hour=required_tasks_per_hour, capital_budget_usd=capital_budget_usd,
                        gpu_ids=gpu_ids, cpu_ids=cpu_ids, settings=settings, explain=explain, certify=False)
         if sub.throughput_tasks_per_hour > result.throughput_tasks_per_hour * (1 + MATERIAL_GAIN):
@@ -701,7 +691,7 @@ def optimize(
                                             "more under the tail-wait/memory limits than this layout's own search"]}),
                 bound, s, clock, budget)
     if certify and result.configuration:
-        result = _certify(result, p, options, layout, objective, capital_budget_usd, s, clock, t0, bound, budget)
+        result = _certify(result, p, options, layout, objective, capital_budget_usd, s, full, t0, bound, budget)
     return result
 
 
@@ -860,7 +850,7 @@ def _solve_coupled(p: Problem, layout: Layout, objective: Objective, backend: st
         top = heap[0]
         if _proven(best_x, -top[0], s, budget):
             break
-        if solves >= s.coupling_nodes or clock.expired():
+        if solves >= s.coupling_nodes or clock.no_time():
             break
         _, _, bands, nd = heapq.heappop(heap)
         spread = _routing_spread(nd[2], nd[1], nd[3]) if nd[3].has_solution else {}
@@ -869,7 +859,10 @@ def _solve_coupled(p: Problem, layout: Layout, objective: Objective, backend: st
         dim = max(moving, key=lambda d: (width[d], -dims.index(d)))
         lo, hi = bands.get(dim, (0.0, 1.0))
         mid = (lo + hi) / 2
-        for child in ((lo, mid), (mid, hi)):
+        for k, child in enumerate(((lo, mid), (mid, hi))):
+            if k > 0 and clock.no_time():
+                push(nd, bands)  # the other half is unexplored: the parent's bound still stands for it
+                break
             cb = {**bands, dim: child}
             cn = node(cb)
             solves += 1
@@ -895,7 +888,7 @@ def _relabel(res: OptimizeResult, bound: float | None, s: OptimizerSettings, clo
         return res.model_copy(update={"status": "optimal" if res.status != "time_limit" else res.status,
                                       "gap": max(0.0, (bound - x) / max(1e-9, x)), "bound_tasks_per_hour": bound})
     return res.model_copy(update={
-        "status": "time_limit" if (clock.expired() or res.status == "time_limit") else "feasible",
+        "status": "time_limit" if (clock.no_time() or res.status == "time_limit") else "feasible",
         "gap": None if bound is None else max(0.0, (bound - x) / max(1e-9, x)), "bound_tasks_per_hour": bound})
 
 
@@ -945,9 +938,18 @@ def _certify(result: OptimizeResult, p: Problem, options: list[ServerOption], la
             return ceiling > cur.throughput_tasks_per_hour * (1 + s.certificate_min_gain)
         return need is None or ceiling >= need * (1 - 1e-6)
 
+    slowest = [0.0]
+
+    def timed(c: Configuration) -> Evaluation:
+        t = time.perf_counter()
+        try:
+            return evaluate(c, p.workload, p.rack, cat, s.assumptions)
+        finally:
+            slowest[0] = max(slowest[0], time.perf_counter() - t)
+
     cfg2, ev2, cert = local_search(
-        cfg, value, lambda c: evaluate(c, p.workload, p.rack, cat, s.assumptions), options, p.rack,
-        capital_budget_usd, layout, s.certificate_min_gain, s.certificate_steps, clock.expired, ev0, promising)
+        cfg, value, timed, options, p.rack, capital_budget_usd, layout, s.certificate_min_gain,
+        s.certificate_steps, lambda: clock.remaining() <= slowest[0], ev0, promising)
     if not cert.adopted:
         return result.model_copy(update={"certificate": cert, "seconds": time.perf_counter() - t0})
     choices = []
@@ -995,7 +997,7 @@ def _label(sol: Solution, x_eval: float, bound: float | None, s: OptimizerSettin
         return
     sol.gap = None if bound is None else max(0.0, (bound - x_eval) / max(1e-9, x_eval))
     if sol.status != "time_limit":
-        sol.status = "time_limit" if clock.expired() else "feasible"
+        sol.status = "time_limit" if clock.no_time() else "feasible"
 
 
 def _solve_row(b: Built, p: Problem, layout: Layout, objective: Objective, backend: str, s: OptimizerSettings,
@@ -1050,12 +1052,12 @@ def _replicated_start(b: Built, p: Problem, single: tuple[Built, Solution]) -> d
 
 
 def _replicate(single: OptimizeResult, racks: int, p: Problem, layout: Layout, backend: str,
-               s: OptimizerSettings, t0: float) -> OptimizeResult | None:
+               s: OptimizerSettings, t0: float, options: list[ServerOption]) -> OptimizeResult | None:
     """The single-rack answer copied into every rack, evaluated as a row (tool queues pool across racks)."""
     cfg = Configuration.model_validate(single.configuration)
     groups = [g.model_copy(update={"rack": r}) for r in range(racks) for g in cfg.servers]
     row = cfg.model_copy(update={"racks": racks, "servers": groups, "name": f"layout {layout}"})
-    ev = evaluate(row, p.workload, p.rack, _catalog_of(p), s.assumptions)
+    ev = evaluate(row, p.workload, p.rack, _catalog_of(replace(p, options=options)), s.assumptions)
     if not ev.within_budgets:
         return None
     choices = [ServerChoice(chassis=g.chassis, cpu=g.cpu, gpu=g.gpu, gpus_per_server=g.gpus_per_server,

@@ -29,6 +29,9 @@ class OptimizerSettings(Input):
     certificate_min_gain: float = Field(default=1e-6, ge=0)
     """A neighbour of the answer (advisor/optimizer/certificate.py) beats it when it improves the objective by more than this
     (relative): the MILP's own gap, so that solver tolerance never swaps answers."""
+    certificate_time_share: float = Field(default=0.1, ge=0, lt=1)
+    """Share of the time limit kept for the certificate (the search stops that much earlier); the certificate also
+    gets whatever the search leaves unused. When time runs out its `complete` says so."""
     certificate_steps: int = Field(default=10, ge=0)
     """Better neighbours adopted one after another at most (each step evaluates all neighbours again)."""
     row_pattern_iterations: int = Field(default=200, gt=0)
