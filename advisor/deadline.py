@@ -15,10 +15,10 @@ import time
 class Deadline:
     MIN_SOLVE_S = 1.0
     """Least time a due solve gets (the solvers' time limits are whole seconds, at least 1)."""
-    WRAP_UP_S = 1.0
-    WRAP_UP_SHARE = 0.05
+    WRAP_UP_S = 2.0
+    WRAP_UP_SHARE = 0.1
     """A solve is given what is left less min(WRAP_UP_S, WRAP_UP_SHARE x the limit): the time to polish, evaluate
-    and explain its answer (on the presets 0.2-0.6 s) stays within the request's limit."""
+    and explain its answer (on the presets 0.2-0.6 s; rows and a loaded machine take longer) stays within the request's limit."""
 
     def __init__(self, limit_s: float, parent: Deadline | None = None):
         self.t0 = time.perf_counter()

@@ -949,7 +949,7 @@ def _certify(result: OptimizeResult, p: Problem, options: list[ServerOption], la
 
     cfg2, ev2, cert = local_search(
         cfg, value, timed, options, p.rack, capital_budget_usd, layout, s.certificate_min_gain,
-        s.certificate_steps, lambda: clock.remaining() <= slowest[0], ev0, promising)
+        s.certificate_steps, lambda: clock.remaining() <= 2 * slowest[0], ev0, promising)
     if not cert.adopted:
         return result.model_copy(update={"certificate": cert, "seconds": time.perf_counter() - t0})
     choices = []

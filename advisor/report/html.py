@@ -803,8 +803,12 @@ def _env() -> jinja2.Environment:
 
 
 COMPARE_SHARE = 0.7
-"""Share of a report's time limit the layout comparison may take (its answers are the report); the rest is left for
-the sensitivity sweeps and chip-vs-rack, which mark what they could not finish as skipped."""
+"""Share of a report's search time the layout comparison may take (its answers are the report); the rest is left
+for the sensitivity sweeps and chip-vs-rack, which mark what they could not finish as skipped."""
+RENDER_RESERVE_S = 4.0
+RENDER_RESERVE_SHARE = 0.4
+"""Of a report's time limit, min(RENDER_RESERVE_S, RENDER_RESERVE_SHARE x limit) is kept for charts, tables and
+HTML after the searches (measured 1-4 s for charts on a 2-core machine, the upper end under heavy load)."""
 
 
 def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
@@ -826,9 +830,10 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
     timing: dict[str, float] = {}
     # One clock for the whole report (advisor/deadline.py): the comparison, the sweeps and chip-vs-rack share
     # time_limit_s; what the comparison leaves goes to the sweeps (within their own budget), then chip-vs-rack.
-    clock = Deadline(req.time_limit_s)
+    total = Deadline(req.time_limit_s)
+    clock = total.within(req.time_limit_s - min(RENDER_RESERVE_S, RENDER_RESERVE_SHARE * req.time_limit_s))
     try:
-        cmp = compare_layouts(w, rack, cat, deadline=clock.within(req.time_limit_s * COMPARE_SHARE), **kw)
+        cmp = compare_layouts(w, rack, cat, deadline=clock.within(clock.limit * COMPARE_SHARE), **kw)
     except ValueError as e:
         raise InputError(str(e)) from None
     timing["compare_s"] = time.perf_counter() - t0
