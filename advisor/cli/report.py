@@ -58,6 +58,9 @@ def register(app: typer.Typer) -> None:
         json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the report's figures as JSON."),
     ) -> None:
         """Write a self-contained HTML recommendation report (open it in any browser; prints on A4/Letter)."""
+        from advisor.deadline import Deadline
+
+        clock = Deadline(time_limit)  # the whole command, imports included
         from pydantic import ValidationError
 
         from advisor.catalog import builtin_catalog, load_catalog
@@ -74,7 +77,7 @@ def register(app: typer.Typer) -> None:
             fail(describe_validation(e, "report request"))
         try:
             cat = load_catalog(catalog_dir) if catalog_dir else builtin_catalog()
-            html, data = render_report(req, cat)
+            html, data = render_report(req, cat, deadline=clock)
         except InputError as e:
             fail(str(e))
         output.write_text(html, encoding="utf-8")
