@@ -107,21 +107,35 @@ def neighbours(cfg: Configuration, options: list[ServerOption], queues: list[str
                                     queue_cores=qc))
         return out_
 
-    racks = sorted({g.rack for g in groups}) or [0]
-    for i, g in enumerate(groups):
+    # Racks with the same servers have the same neighbours up to which rack is which: moves in the first of each
+    # such set of racks stand for the others (a row of identical racks has one rack's neighbours).
+    content: dict[int, list] = {}
+    for g in groups:
+        content.setdefault(g.rack, []).append(g.model_dump_json(exclude={"rack"}))
+    seen: dict[tuple, int] = {}
+    for r in sorted(content):
+        seen.setdefault(tuple(sorted(content[r])), r)
+    reps = set(seen.values())
+    empty = sorted(set(range(cfg.racks)) - set(content))
+    racks = sorted(reps) + empty[:1]
+    keep = [i for i, g in enumerate(groups) if g.rack in reps]
+    for i in keep:
+        g = groups[i]
         out.append(with_(i, g.model_copy(update={"count": g.count + 1})))
         out.append(with_(i, g.model_copy(update={"count": g.count - 1})))
     for r in racks:
         for o in options:
             for new in fresh(o, r):
                 out.append(_canonical(groups + [new]))
-    for i, g in enumerate(groups):
+    for i in keep:
+        g = groups[i]
         for o in options:
             if _opt_key(o) == _grp_key(g):
                 continue
             for new in fresh(o, g.rack):
                 out.append(with_(i, g.model_copy(update={"count": g.count - 1}), [new]))
-    for i, g in enumerate(groups):
+    for i in keep:
+        g = groups[i]
         for o in options:
             k = _opt_key(o)
             if k == _grp_key(g) or k[0] != g.chassis or k[3] != g.gpus_per_server:
@@ -139,7 +153,8 @@ def neighbours(cfg: Configuration, options: list[ServerOption], queues: list[str
                 qc = {q: c * tool / tot for q, c in qc.items()}
             out.append(with_(i, g.model_copy(update={"cpu": pr.cpu.id, "gpu": pr.gpu.id if pr.gpu else None,
                                                       "orchestration_cores_per_gpu": orch, "queue_cores": qc})))
-    for i, g in enumerate(groups):
+    for i in keep:
+        g = groups[i]
         o = by_key.get(_grp_key(g))
         if o is None:
             continue
