@@ -44,7 +44,8 @@ class _SolveRequest(_Request):
     """Racks in the row, each with the profile's budgets."""
     solver: Literal["cbc", "ortools"] = "cbc"
     time_limit_s: float | None = Field(default=None, gt=0)
-    """Wall-clock limit in seconds for the whole request, time queued for a worker included (capped by the server's time_limit_cap_s; omitted: the cap)."""
+    """Wall-clock limit in seconds for the whole request, time queued for a worker included (capped by the
+    server's time_limit_cap_s; omitted: the cap)."""
     gpu_ids: list[str] | None = None
     """Only these GPU SKUs."""
     cpu_ids: list[str] | None = None

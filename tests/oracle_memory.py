@@ -26,12 +26,13 @@ import math
 import random
 from dataclasses import dataclass
 
+from oracle import Instance, _revalidate, candidate_options, rack_vectors, random_instance
+
 from advisor.optimizer.settings import OptimizerSettings
 from models.catalog import Catalog
 from models.hardware import Rack
 from models.performance import stage_gpu_latency_s
 from models.workload import CpuStage, DelayStage, GpuStage, Workload
-from oracle import Instance, _revalidate, candidate_options, random_instance, rack_vectors
 
 HOUR_S = 3600.0
 ORCH_GRID = (0.25, 0.5, 0.75, 0.9, 1.0)

@@ -21,7 +21,7 @@ REL = 1e-6
 MIN_GAIN = OptimizerSettings().certificate_min_gain
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _instance(seed: int, max_vectors: int):
     return memory_instance(seed, max_vectors)
 
@@ -63,7 +63,7 @@ def test_sweep_has_at_least_100_instances():
 
 
 def test_memory_binding_mixed_skus_fast():
-    statuses = [s for s in (_check(seed, 300) for seed in range(0, 24)) if s is not None]
+    statuses = [s for s in (_check(seed, 300) for seed in range(24)) if s is not None]
     assert len(statuses) >= 10
     assert statuses.count("optimal") >= 0.8 * len(statuses), statuses
 
@@ -95,8 +95,8 @@ def test_certificate_ceiling_matches_the_evaluator(seed):
     """The certificate's cheap screen equals the evaluator's sustainable throughput (no tail-wait target here) on
     the answer and on every neighbour that fits, so a screened-out neighbour really cannot beat the answer."""
     from advisor.optimizer.certificate import ceiling_tasks_per_hour, fits, neighbours
-    from advisor.optimizer.optimize import _catalog_of
     from advisor.optimizer.formulation import Problem
+    from advisor.optimizer.optimize import _catalog_of
     from advisor.optimizer.options import enumerate_options
     from models.config import Configuration
     from models.pipeline import evaluate

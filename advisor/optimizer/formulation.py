@@ -53,7 +53,8 @@ class Problem:
     the curves at the slowest speed of a mix are conservative)."""
     bands: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Utilization bands of the memory-coupled routing (`sku_routing`): "gpu" for the GPU pool, "q<i>" for tool
-    queue i; missing keys are (0, 1). The spatial branch and bound of advisor/optimizer/optimize.py (`_solve_coupled`) narrows them."""
+    queue i; missing keys are (0, 1). The spatial branch and bound of advisor/optimizer/optimize.py
+    (`_solve_coupled`) narrows them."""
 
     def __post_init__(self) -> None:
         if not self.queue_names:
@@ -270,8 +271,8 @@ def add_sku_routing(m: LinearModel, p: Problem, n, y, u, x: str, count, has_llm:
     flows are free within a band: lo cap_g <= flow_g <= hi cap_g with the band (lo, hi) from `p.bands` (default
     (0, 1)). Every real configuration whose utilization lies in the band is feasible with its own proportional
     flows, so the model is a relaxation of the evaluator on that band (mixed SKUs included); as the band narrows
-    the flows are forced to the proportional ones. advisor/optimizer/optimize.py (`_solve_coupled`) branches on the bands until the relaxation's
-    bound meets an evaluated answer.
+    the flows are forced to the proportional ones. advisor/optimizer/optimize.py (`_solve_coupled`) branches on
+    the bands until the relaxation's bound meets an evaluated answer.
 
     For the bound to be reachable, a flexible GPU server's serving capacity is its actual one: s_o equals the
     orchestration cores' capacity (fewer orchestration cores than the GPUs use are allowed, more are pointless) or,

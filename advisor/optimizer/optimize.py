@@ -118,7 +118,8 @@ class OptimizeResult(Frozen):
     (None when none is proven, e.g. when the time limit stopped a search). `optimal` means the throughput reaches
     it within the requested gap."""
     certificate: Certificate | None = None
-    """Local search around the answer (advisor/optimizer/certificate.py): neighbours evaluated and the best gain among them."""
+    """Local search around the answer (advisor/optimizer/certificate.py): neighbours checked and the best gain
+    among them."""
 
 
 def partitions(workload: Workload, layout: Layout, servings: dict | None = None) -> list[list[list[str]]]:
