@@ -49,3 +49,32 @@ def test_every_group_a_solve_writes_is_registered(mini_catalog):
         assert res.status == "optimal"
         for c in res.constraints:
             group_of(c.group)
+
+
+# ------------------------------------------------------------------------------------------- the three backends
+
+
+def test_highs_backend_agrees_with_cbc_and_ortools(mini_catalog):
+    """The same MILP through the three registered backends: one optimum (HiGHS is the third, via SciPy)."""
+    from test_golden_lp import VARIANTS
+
+    from advisor.solver import solve
+
+    for name, make in VARIANTS.items():
+        model = make()
+        if name == "tco":  # the TCO variant has no objective of its own until solve_tco sets one
+            continue
+        got = {b: solve(model, b, 60.0, 1e-9) for b in ("cbc", "ortools", "highs")}
+        assert {s.status for s in got.values()} == {"optimal"}, (name, {b: s.status for b, s in got.items()})
+        ref = got["cbc"].objective
+        for b, s in got.items():
+            assert s.objective == pytest.approx(ref, rel=1e-6, abs=1e-6), (name, b)
+
+
+def test_importing_advisor_leaves_pulp_alone():
+    import subprocess
+    import sys
+
+    code = ("import subprocess, pulp.apis.coin_api as c; import advisor.solver, advisor.optimizer.optimize; "
+            "assert c.subprocess is subprocess, c.subprocess")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -491,7 +491,8 @@ def _constraint_status(b: Built, p: Problem, sol: Solution) -> list[ConstraintSt
 
 def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clock: _Clock, layout: Layout,
                    x_best: float, explain_resolve: bool) -> list[ShadowPrice]:
-    from advisor.optimizer.rows import _lp, polish
+    from advisor.optimizer.rows import polish
+    from advisor.solver.highs import lp as _lp
 
     # The LP relaxation is solved in process by HiGHS whatever the backend: where budgets bind together (a rack's
     # power and air cooling, say) its duals are not unique, and CLP and GLOP put them on different budgets; CBC
