@@ -24,7 +24,6 @@ from advisor.solver.backends import solve
 from advisor.solver.linear import LinearModel
 from api_server import MINI, SLOW_REPORT, Server
 from models.config import Configuration
-from models.workload import Slo
 
 SOLVE_LIMIT_S = 60.0
 """Solver time limit of the cancelled solves: far longer than the test waits."""
