@@ -7,7 +7,9 @@ Variables (X in tasks per hour):
   xg[g], xs[q,s] cont. throughput routed through GPU SKU g / through CPU SKU s in queue q (only when a
                  sandbox-memory limit makes the SKU matter; the routing is kept within utilization bands)
 Groups: power, cooling_air, cooling_liquid, space (per rack), gpu_serving, tool_cores:<q>, slo:<q> (tail-wait
-capacity curve), sandbox_memory:<q>, core_split, sku_routing, capital, required_throughput, gpu_first. docs/model.md states each in math.
+capacity curve), sandbox_memory:<q>, sandbox_disk:<q>, io_bandwidth:<q>, core_split, sku_routing, capital,
+required_throughput, gpu_first. docs/model.md states each in math. A rack-scale system is one option (one chassis
+made by RackSystem.as_chassis), so n[r,o] counts whole systems.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from advisor.optimizer.slo_curve import QueueCalls, curve, max_servers_bound, qu
 from advisor.solver.linear import LinearModel, safe_name
 from models.hardware import Rack
 from models.performance import GpuServing, cpu_call_seconds, stage_gpu_latency_s
-from models.workload import CpuStage, DelayStage, GpuStage, Workload
+from models.workload import CpuStage, DelayStage, GpuStage, IoStage, Workload
 
 HOUR_S = 3600.0
 
@@ -74,9 +76,12 @@ class Built:
     """Orchestration cores (all servers of an option) where the optimizer chooses them."""
 
 
-def _queue_coeffs(p: Problem):
-    """Per queue: reference core-seconds per task, and sandbox GB-seconds per task split by GPU SKU, CPU SKU, delay."""
+def _queue_coeffs(p: Problem, held: str = "sandbox_memory_gb"):
+    """Per queue: reference core-seconds per task, and sandbox GB-seconds per task split by GPU SKU, CPU SKU, delay
+    (delays and I/O stages, whose unloaded time is the same on every server); `held` names the class field
+    (sandbox memory or sandbox disk) whose GB a live task holds."""
     w = p.workload
+    stream = p.settings.assumptions.io_stream_mbps
     cls = {c.name: c for c in w.classes}
     cpu_skus = {o.profile.cpu.id: o.profile.cpu for o in p.options}
     work, mem_g, mem_s, mem_d = [], [], [], []
@@ -90,10 +95,10 @@ def _queue_coeffs(p: Problem):
             for st in c.stages:
                 if isinstance(st, CpuStage):
                     wk += c.share * st.count * st.core_seconds
-            if c.sandbox_memory_gb == 0:
+            if getattr(c, held) == 0:
                 continue
             for st in c.stages:
-                f = c.share * c.sandbox_memory_gb * st.count
+                f = c.share * getattr(c, held) * st.count
                 if isinstance(st, GpuStage):
                     for g, sv in p.servings.items():
                         mg[g] += f * stage_gpu_latency_s(st, w.served_model, sv)
@@ -102,11 +107,20 @@ def _queue_coeffs(p: Problem):
                         ms[s] += f * cpu_call_seconds(st, sku.per_core_perf)
                 elif isinstance(st, DelayStage):
                     md += f * st.seconds
+                elif isinstance(st, IoStage):
+                    md += f * st.io_mb / stream
         work.append(wk)
         mem_g.append(mg)
         mem_s.append(ms)
         mem_d.append(md)
     return work, mem_g, mem_s, mem_d
+
+
+def queue_io_mb(p: Problem) -> list[float]:
+    """Per queue: MB of sandbox I/O per task of the mix."""
+    cls = {c.name: c for c in p.workload.classes}
+    return [sum(cls[n].share * st.count * st.io_mb for n in q for st in cls[n].stages if isinstance(st, IoStage))
+            for q in p.partition]
 
 
 def per_rack_count_bound(o: ServerOption, rack: Rack) -> int:
@@ -212,8 +226,13 @@ def build(p: Problem, memory: bool = True) -> Built:
         m.add("gpu_serving", "gpu_serving", terms, "<=", 0.0)
 
     work, mem_g, mem_s, mem_d = _queue_coeffs(p)
-    needs_choice = memory and any(md > 0 or any(mg.values()) or any(ms.values())
-                                  for mg, ms, md in zip(mem_g, mem_s, mem_d))
+    _, disk_g, disk_s, disk_d = _queue_coeffs(p, "sandbox_disk_gb")
+    io_mb = queue_io_mb(p)
+
+    def holds(qi: int) -> bool:  # the queue's live tasks hold memory or disk
+        return bool(mem_d[qi] > 0 or any(mem_g[qi].values()) or any(mem_s[qi].values())
+                    or disk_d[qi] > 0 or any(disk_g[qi].values()) or any(disk_s[qi].values()))
+    needs_choice = memory and any(holds(qi) for qi in range(len(p.partition)))
     y: dict[tuple[int, int], str] = {}
     for qi, q in enumerate(p.partition):
         for i, o in enumerate(p.options):
@@ -232,11 +251,17 @@ def build(p: Problem, memory: bool = True) -> Built:
             terms = {y[i, q2]: -p.options[i].profile.per_core_perf for (i, q2) in y if q2 == qi}
             terms[x] = work[qi] / HOUR_S
             m.add(safe_name(f"tool_cores_{qname}"), f"tool_cores:{qname}", terms, "<=", 0.0)
+        if io_mb[qi] > 0:
+            terms = {y[i, q2]: -p.options[i].profile.io_mbps_per_core for (i, q2) in y if q2 == qi}
+            terms[x] = io_mb[qi] / HOUR_S
+            m.add(safe_name(f"io_bandwidth_{qname}"), f"io_bandwidth:{qname}", terms, "<=", 0.0)
     if p.slo_curves:
         add_slo_curves(m, p, y, x, count)
 
     if needs_choice:
-        add_sku_routing(m, p, n, y, u, x, count, has_llm, mem_g, mem_s, mem_d, work)
+        add_sku_routing(m, p, n, y, u, x, count, has_llm, work,
+                        [("memory", "memory_per_core_gb", mem_g, mem_s, mem_d),
+                         ("disk", "disk_per_core_gb", disk_g, disk_s, disk_d)])
 
     if p.required_tasks_per_hour is not None:
         m.add("required_throughput", "required_throughput", {x: 1.0}, ">=", p.required_tasks_per_hour)
@@ -247,23 +272,25 @@ def build(p: Problem, memory: bool = True) -> Built:
 
 def routing_dims(p: Problem) -> list[str]:
     """The utilization bands that matter: "gpu" when GPU servers of more than one serving setup are candidates,
-    "q<i>" when tool queue i has sandbox memory and candidate cores of more than one CPU SKU. With one SKU the
-    routing is forced (everything goes through it) and the band adds nothing."""
-    _, mem_g, mem_s, mem_d = _queue_coeffs(p)
+    "q<i>" when tool queue i holds sandbox memory or disk and has candidate cores of more than one CPU SKU. With one
+    SKU the routing is forced (everything goes through it) and the band adds nothing."""
+    _, mem_g, mem_s, _ = _queue_coeffs(p)
+    _, disk_g, disk_s, _ = _queue_coeffs(p, "sandbox_disk_gb")
     dims = []
     keys = {o.serving_key for o in p.options if o.profile.gpus and o.serving_key in p.servings}
-    if len(keys) > 1 and any(any(mg.values()) for mg in mem_g):
+    if len(keys) > 1 and any(any(mg.values()) for mg in mem_g + disk_g):
         dims.append("gpu")
     cpus = {o.profile.cpu.id for o in p.options if o.profile.tool_cores > 0}
     for qi in range(len(p.partition)):
-        if len(cpus) > 1 and any(mem_s[qi].values()):
+        if len(cpus) > 1 and (any(mem_s[qi].values()) or any(disk_s[qi].values())):
             dims.append(f"q{qi}")
     return dims
 
 
-def add_sku_routing(m: LinearModel, p: Problem, n, y, u, x: str, count, has_llm: bool, mem_g, mem_s, mem_d,
-                    work) -> None:
-    """sku_routing and sandbox_memory:<q> (docs/model.md section 9.3).
+def add_sku_routing(m: LinearModel, p: Problem, n, y, u, x: str, count, has_llm: bool, work,
+                    held: list[tuple]) -> None:
+    """sku_routing, sandbox_memory:<q> and sandbox_disk:<q> (docs/model.md section 9.3). `held`: per resource a
+    live task holds, (name, per-core field of the profile, GB-s per task by GPU setup, by CPU SKU, fixed).
 
     The evaluator routes calls over GPU serving setups (and tool calls over a queue's CPU SKUs) in proportion to
     their capacity: every setup runs at the pool's utilization rho. The sandbox memory a task holds depends on that
@@ -308,29 +335,34 @@ def add_sku_routing(m: LinearModel, p: Problem, n, y, u, x: str, count, has_llm:
                       {xg[g]: 1.0, **{k: -lo * a for k, a in cap[g].items()}}, ">=", 0.0)
     cpu_ids = sorted({o.profile.cpu.id for o in p.options})
     for qi, qname in enumerate(p.queue_names):
-        if not (mem_d[qi] > 0 or any(mem_g[qi].values()) or any(mem_s[qi].values())):
-            continue
-        terms: dict[str, float] = {y[i, q2]: -p.options[i].profile.memory_per_core_gb for (i, q2) in y if q2 == qi}
-        for g, coef in mem_g[qi].items():
-            if coef and g in xg:
-                terms[xg[g]] = coef / HOUR_S
-        if any(mem_s[qi].values()) and work[qi] > 0:
+        per_sku = any(any(cs[qi].values()) for _, _, _, cs, _ in held)
+        xs: dict[str, str] = {}
+        if per_sku and work[qi] > 0:
             lo, hi = p.bands.get(f"q{qi}", (0.0, 1.0))
-            xs = {s: m.var(safe_name(f"xs_q{qi}_{s}"), 0, None) for s in cpu_ids}
+            xs = {s_: m.var(safe_name(f"xs_q{qi}_{s_}"), 0, None) for s_ in cpu_ids}
             m.add(f"cpu_flow_q{qi}", "sku_routing", {**{v: 1.0 for v in xs.values()}, x: -1.0}, "==", 0.0)
-            for s in cpu_ids:
+            for s_ in cpu_ids:
                 qcap = {y[i, q2]: p.options[i].profile.per_core_perf for (i, q2) in y
-                        if q2 == qi and p.options[i].profile.cpu.id == s}
-                m.add(safe_name(f"cpu_route_hi_q{qi}_{s}"), "sku_routing",
-                      {xs[s]: work[qi] / HOUR_S, **{k: -hi * a for k, a in qcap.items()}}, "<=", 0.0)
+                        if q2 == qi and p.options[i].profile.cpu.id == s_}
+                m.add(safe_name(f"cpu_route_hi_q{qi}_{s_}"), "sku_routing",
+                      {xs[s_]: work[qi] / HOUR_S, **{k: -hi * a for k, a in qcap.items()}}, "<=", 0.0)
                 if lo > 0:
-                    m.add(safe_name(f"cpu_route_lo_q{qi}_{s}"), "sku_routing",
-                          {xs[s]: work[qi] / HOUR_S, **{k: -lo * a for k, a in qcap.items()}}, ">=", 0.0)
-                if mem_s[qi][s]:
-                    terms[xs[s]] = mem_s[qi][s] / HOUR_S
-        if mem_d[qi]:
-            terms[x] = terms.get(x, 0.0) + mem_d[qi] / HOUR_S
-        m.add(safe_name(f"sandbox_memory_{qname}"), f"sandbox_memory:{qname}", terms, "<=", 0.0)
+                    m.add(safe_name(f"cpu_route_lo_q{qi}_{s_}"), "sku_routing",
+                          {xs[s_]: work[qi] / HOUR_S, **{k: -lo * a for k, a in qcap.items()}}, ">=", 0.0)
+        for kind, per_core, cg, cs, cd in held:
+            if not (cd[qi] > 0 or any(cg[qi].values()) or any(cs[qi].values())):
+                continue
+            terms: dict[str, float] = {y[i, q2]: -getattr(p.options[i].profile, per_core) for (i, q2) in y
+                                       if q2 == qi}
+            for g, coef in cg[qi].items():
+                if coef and g in xg:
+                    terms[xg[g]] = coef / HOUR_S
+            for s_, coef in cs[qi].items():
+                if coef and s_ in xs:
+                    terms[xs[s_]] = coef / HOUR_S
+            if cd[qi]:
+                terms[x] = terms.get(x, 0.0) + cd[qi] / HOUR_S
+            m.add(safe_name(f"sandbox_{kind}_{qname}"), f"sandbox_{kind}:{qname}", terms, "<=", 0.0)
 
 
 def slo_queues(p: Problem) -> list[tuple[int, str, list[float], list[QueueCalls]]]:
