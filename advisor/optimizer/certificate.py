@@ -206,7 +206,8 @@ def fits(groups: list[ServerGroup], options: list[ServerOption], rack: Rack, rac
 
 def ceiling_tasks_per_hour(groups: list[ServerGroup], options: list[ServerOption], workload: Workload,
                            queues: dict[str, list[str]], servings: dict[str, GpuServing]) -> float:
-    """The evaluator's sustainable throughput without the tail-wait bounds (so at least the evaluator's): GPU
+    """The evaluator's sustainable throughput without the tail-wait, sandbox-disk and I/O bounds (so at least the
+    evaluator's; equal to it when those do not bind): GPU
     serving (per server the smaller of GPU and orchestration capacity), each queue's tool cores and each queue's
     sandbox memory with calls routed in proportion to capacity, as models/pipeline.py `evaluate` computes them
     (tests/test_exact_memory.py checks the two agree). Cheap: screens neighbours before a full evaluation."""
