@@ -25,7 +25,7 @@ from models.config import Configuration, ServerGroup
 from models.hardware import Rack
 from models.performance import GpuServing, cpu_call_seconds, stage_gpu_latency_s
 from models.pipeline import Evaluation
-from models.workload import CpuStage, GpuStage, Workload
+from models.workload import CpuStage, DelayStage, GpuStage, Workload
 
 HOUR_S = 3600.0
 
@@ -250,8 +250,9 @@ def ceiling_tasks_per_hour(groups: list[ServerGroup], options: list[ServerOption
                 elif isinstance(st, CpuStage):
                     t += st.count * cpu_call_seconds(st, perf)
                     work += c.share * st.count * st.core_seconds
-                else:
+                elif isinstance(st, DelayStage):
                     t += st.count * st.seconds
+                # other stages (I/O) count as taking no time: the memory bound only rises, so this stays a ceiling
             demand += c.share * t * c.sandbox_memory_gb
         if work > 0:
             out.append(qcap[q] / work)
