@@ -19,7 +19,6 @@ preset pair and prints configurations per second.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import subprocess
 import sys
@@ -36,31 +35,14 @@ warnings.filterwarnings("ignore", category=DeprecationWarning)
 import numpy as np  # noqa: E402
 
 import models.pipeline as pipeline  # noqa: E402
-import reference_impl as ref  # noqa: E402
 from advisor.catalog import builtin_catalog, load_configuration  # noqa: E402
 from advisor.optimize import optimize  # noqa: E402
 from advisor.service import resolve_inputs  # noqa: E402
-from models.performance import clear_serving_cache, gpu_serving  # noqa: E402
-from models.queueing import birth_death_mean_number, clear_caches  # noqa: E402
+from models.performance import clear_serving_cache  # noqa: E402
+from models.queueing import clear_caches  # noqa: E402
+from reference_impl import previous_implementation  # noqa: E402
 
 REL = 1e-9
-
-
-@contextlib.contextmanager
-def previous_implementation():
-    """models.pipeline with eb6e984's quantiles, closed-network solver and uncached derivations."""
-    saved = {k: getattr(pipeline, k) for k in
-             ("lognormal_mixture_quantiles", "exact_mva", "birth_death_mean_number", "cached_gpu_serving")}
-    pipeline.lognormal_mixture_quantiles = lambda w, m, v, qs: [ref.lognormal_mixture_quantile(w, m, v, q)
-                                                                for q in qs]
-    pipeline.exact_mva = ref.exact_mva
-    pipeline.birth_death_mean_number = lambda lam, rate, cap, key=None: birth_death_mean_number(lam, rate, cap)
-    pipeline.cached_gpu_serving = gpu_serving
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            setattr(pipeline, k, v)
 
 
 def clear_all() -> None:
@@ -159,26 +141,25 @@ def main() -> None:
     screening_section(all_cases)
 
 
-def screening_section(all_cases) -> None:
-    try:
-        from models.screening import random_configurations, screen
-    except ImportError:
-        return
-    print("\nscreening: models.screening.screen on random configurations of each preset pair", flush=True)
-    print(f"{'workload on rack':<44} {'configs':>9} {'median s':>9} {'configs/s':>12}")
+def screening_section(all_cases, n: int = 100_000) -> None:
+    from models.screening import screen, server_menu
+
+    print(f"\nscreening: models.screening.screen on {n:,} configurations per case (the case's server groups, "
+          "counts drawn uniformly from 0 to twice the case's count + 1)", flush=True)
+    print(f"{'configuration':<44} {'median s':>9} {'configs/s':>12}")
     rates = []
-    seen = set()
+    rng = np.random.default_rng(1)
     for name, cfg, w, r, cat in all_cases:
-        if not name.startswith("preset") or (w.id, r.id) in seen:
-            continue
-        seen.add((w.id, r.id))
-        batch = random_configurations(w, r, cat, 100_000, seed=1)
-        times = per_call(lambda: screen(batch), 5, 10.0)
+        menu = server_menu(w, r, cat, cfg.servers, cfg.queues)
+        base = np.array([g.count for g in cfg.servers])
+        counts = rng.integers(0, 2 * base + 2, size=(n, len(base)))
+        screen(menu, counts[:10])
+        times = per_call(lambda: screen(menu, counts), 5, 10.0)
         med = statistics.median(times)
-        rates.append(batch.size / med)
-        print(f"{w.id + ' on ' + r.id:<44} {batch.size:>9,} {med:9.3f} {batch.size / med:12,.0f}", flush=True)
-    if rates:
-        print(f"median {statistics.median(rates):,.0f} configurations/s (one core, CPU time)")
+        rates.append(n / med)
+        print(f"{name:<44} {med:9.3f} {n / med:12,.0f}", flush=True)
+    print(f"median {statistics.median(rates):,.0f} configurations/s, slowest case {min(rates):,.0f} "
+          "(one core, CPU time)")
 
 
 if __name__ == "__main__":

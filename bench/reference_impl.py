@@ -2,19 +2,22 @@
 `bench/bench_evaluate.py`'s ratio and for the agreement tests (tests/test_fast_evaluator.py). Not used by the
 product.
 
-`reference_evaluate()` runs `models.pipeline.evaluate` with these functions patched back in (scipy.stats cdf
+`previous_implementation()` runs `models.pipeline.evaluate` with these functions patched back in (scipy.stats cdf
 bisection for the task-time quantiles, the full convolution algorithm without reuse, uncached serving
 derivations)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 
 import numpy as np
 from scipy.stats import norm
 
-from models.queueing import ClosedResult, Station, _log_delay, _log_station
+import models.pipeline as pipeline
+from models.performance import gpu_serving
+from models.queueing import ClosedResult, Station, _log_delay, _log_station, birth_death_mean_number
 
 
 def lognormal_mixture_quantile(weights, means, variances, q: float) -> float:
@@ -100,3 +103,19 @@ def exact_mva(stations: Sequence[Station], think_s: float, population: int, queu
                 ql[i] = (up - dn) / (2 * h)
     x = float(xs[-1])
     return ClosedResult(n_max, x, ql, ql / x, think_s)
+
+
+@contextlib.contextmanager
+def previous_implementation():
+    """models.pipeline with eb6e984's quantiles, closed-network solver and uncached derivations patched in."""
+    saved = {k: getattr(pipeline, k) for k in
+             ("lognormal_mixture_quantiles", "exact_mva", "birth_death_mean_number", "cached_gpu_serving")}
+    pipeline.lognormal_mixture_quantiles = lambda w, m, v, qs: [lognormal_mixture_quantile(w, m, v, q) for q in qs]
+    pipeline.exact_mva = exact_mva
+    pipeline.birth_death_mean_number = lambda lam, rate, cap, key=None: birth_death_mean_number(lam, rate, cap)
+    pipeline.cached_gpu_serving = gpu_serving
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            setattr(pipeline, k, v)
