@@ -39,10 +39,10 @@ from tiers import tiered
 
 REL = 1e-6
 N_ORACLE = 200
-N_ORACLE_FAST = 12
+N_ORACLE_FAST = 8
 """Seeds of the oracle sweep in the fast tier (the other N_ORACLE - N_ORACLE_FAST run in the slow tier)."""
 N_BACKENDS = 40
-N_BACKENDS_FAST = 4
+N_BACKENDS_FAST = 2
 N_LAYOUT_ORDER = 60
 GOLDEN = Path(__file__).parent / "golden" / "mini_hybrid.lp"
 
