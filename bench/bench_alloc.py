@@ -16,7 +16,7 @@ import gc
 import tracemalloc
 
 from advisor.catalog import builtin_catalog
-from advisor.optimize import optimize
+from advisor.optimizer.optimize import optimize
 
 PAIRS = [("swe-agent", "air-40kw"), ("rl-rollout", "air-40kw")]
 """As bench_load.py's SOLVE_PAIRS for the built-in catalog."""

@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from advisor.batch import run_batch  # noqa: E402
-from advisor.scenarios import scenarios_from_data  # noqa: E402
+from advisor.studies.batch import run_batch  # noqa: E402
+from advisor.studies.scenarios import scenarios_from_data  # noqa: E402
 
 MINI = ROOT / "tests" / "data" / "mini"
 
@@ -68,7 +68,7 @@ def main() -> None:
 
     with LocalCluster(n_workers=args.cluster_workers, threads_per_worker=1, processes=True,
                       dashboard_address=None) as cluster, Client(cluster) as client:
-        client.run(lambda: __import__("advisor.optimize"))  # warm the workers' imports, as a long-lived cluster is
+        client.run(lambda: __import__("advisor.optimizer.optimize"))  # warm the workers' imports, as a long-lived cluster is
         results.append(timed(f"Dask LocalCluster, {args.cluster_workers} workers", scen, scheduler=client))
     base = results[0][1] / results[0][2]
     print(f"{'configuration':34s} {'solves':>6s} {'seconds':>8s} {'per min':>8s} {'speedup':>8s}")

@@ -147,7 +147,7 @@ def proc_status(pid: int) -> tuple[int, int] | None:
 
 
 WORKER_MARK = b"spawn_main"
-"""The solve worker processes (advisor/workers.py) are the server's children started by multiprocessing's spawn."""
+"""The solve worker processes (advisor/api/workers.py) are the server's children started by multiprocessing's spawn."""
 
 
 def worker_pids(pid: int) -> list[int]:
@@ -204,7 +204,7 @@ class Server:
         t0 = time.monotonic()
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", "from advisor.cli import main; main()", "serve", "--host", "127.0.0.1",
+                [sys.executable, "-c", "from advisor.cli.main import main; main()", "serve", "--host", "127.0.0.1",
                  "--port", str(self.port), "--log-level", "warning"],
                 cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         while time.monotonic() < t0 + SERVER_START_TIMEOUT_S:

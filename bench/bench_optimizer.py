@@ -32,8 +32,8 @@ import warnings  # noqa: E402
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 from advisor.catalog import builtin_catalog  # noqa: E402
-from advisor.optimize import optimize  # noqa: E402
-from advisor.settings import OptimizerSettings  # noqa: E402
+from advisor.optimizer.optimize import optimize  # noqa: E402
+from advisor.optimizer.settings import OptimizerSettings  # noqa: E402
 from models.catalog import Catalog  # noqa: E402
 from models.workload import Workload  # noqa: E402
 

@@ -45,7 +45,7 @@ class Server:
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         log = open(self.workdir / f"server-{self.port}.log", "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from advisor.cli import main; main()", "serve", "--host", "127.0.0.1",
+            [sys.executable, "-c", "from advisor.cli.main import main; main()", "serve", "--host", "127.0.0.1",
              "--port", str(self.port), "--log-level", self.log_level],
             cwd=self.workdir, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         end = time.monotonic() + timeout

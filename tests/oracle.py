@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from advisor.catalog import load_catalog
-from advisor.options import ServerOption, enumerate_options
-from advisor.settings import OptimizerSettings
+from advisor.optimizer.options import ServerOption, enumerate_options
+from advisor.optimizer.settings import OptimizerSettings
 from models.catalog import Catalog
 from models.hardware import Rack
 from models.workload import CpuStage, GpuStage, Workload

@@ -20,7 +20,7 @@ import math
 import numpy as np
 from scipy.optimize import linprog
 
-from advisor.settings import OptimizerSettings
+from advisor.optimizer.settings import OptimizerSettings
 from models.performance import call_mix
 from models.tco import (
     HOURS_PER_MONTH,

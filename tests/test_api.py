@@ -6,11 +6,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import httpx
 import pytest
 
 from advisor.catalog import load_catalog
-from advisor.optimize import optimize
+from advisor.optimizer.optimize import optimize
 from advisor.service import evaluate_configuration
 from api_server import MINI, Server
 

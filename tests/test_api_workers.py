@@ -1,4 +1,4 @@
-"""The API's solve worker processes (advisor/workers.py): solves run in niced processes, a worker that dies is
+"""The API's solve worker processes (advisor/api/workers.py): solves run in niced processes, a worker that dies is
 replaced (its request answers 500, the next one is served), and stopping or killing the server stops its workers."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from advisor.settings_api import ApiSettings
+from advisor.api.settings import ApiSettings
 from api_server import SLOW_REPORT, Server
 
 QUICK = {"workload": "agent", "rack": "r40", "explain": False}

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from advisor.batch import DB_NAME, Runner, read_rows, run_batch, solve_job
+from advisor.studies.batch import DB_NAME, Runner, read_rows, run_batch, solve_job
 from advisor.errors import InputError
-from advisor.optimize import optimize
-from advisor.scenarios import (
+from advisor.optimizer.optimize import optimize
+from advisor.studies.scenarios import (
     TOOL_SHARE,
     base_scenario,
     load_scenarios,
@@ -32,7 +32,7 @@ from advisor.scenarios import (
     unloaded_task_time,
     vary,
 )
-from advisor.whatif import crossover, non_dominated, pareto, parse_vary, robustness, sweep
+from advisor.studies.whatif import crossover, non_dominated, pareto, parse_vary, robustness, sweep
 from models.config import Configuration
 from models.pipeline import evaluate
 from models.tco import CostAssumptions

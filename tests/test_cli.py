@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from advisor.cli import app
+from advisor.cli.main import app
 from advisor.service import evaluate_configuration
 from conftest import EXAMPLES_DIR, REPO_ROOT
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import advisor.compare as compare_mod
-from advisor.compare import compare_layouts
+import advisor.optimizer.compare as compare_mod
+from advisor.optimizer.compare import compare_layouts
 
 
 def test_a_layout_that_ends_short_shows_the_relaxed_answer(monkeypatch, mini_catalog):

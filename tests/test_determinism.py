@@ -17,12 +17,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from advisor.batch import read_rows, run_batch
+from advisor.studies.batch import read_rows, run_batch
 from advisor.catalog import builtin_catalog, load_catalog
-from advisor.compare import compare_layouts
-from advisor.optimize import optimize
-from advisor.scenarios import scenarios_from_data
-from advisor.settings import OptimizerSettings
+from advisor.optimizer.compare import compare_layouts
+from advisor.optimizer.optimize import optimize
+from advisor.studies.scenarios import scenarios_from_data
+from advisor.optimizer.settings import OptimizerSettings
 from models.catalog import Catalog
 from models.workload import Slo
 from oracle import random_instance
@@ -146,7 +146,7 @@ def test_cli_in_two_processes_matches_in_process():
     """`advisor optimize --json` (explain on, as the CLI has it) in two fresh interpreters with different hash seeds,
     against the same call in this process."""
     c = CLI_CASE
-    args = [sys.executable, "-c", "from advisor.cli import main; main()", "optimize", "-w", c["workload"],
+    args = [sys.executable, "-c", "from advisor.cli.main import main; main()", "optimize", "-w", c["workload"],
             "-r", c["rack"], "--layout", c["layout"], "--racks", str(c["racks"]), "--json"]
     for g in c["gpu_ids"]:
         args += ["--gpu", g]
@@ -266,8 +266,8 @@ def test_backends_agree_on_random_instances(seed, layout, racks):
 def test_api_answers_as_in_process(mini, tmp_path, solve_in):
     from fastapi.testclient import TestClient
 
-    from advisor.api import create_app
-    from advisor.settings_api import ApiSettings
+    from advisor.api.app import create_app
+    from advisor.api.settings import ApiSettings
 
     app = create_app(ApiSettings(database=tmp_path / "advisor.db", catalog=MINI, solve_in=solve_in), catalog=mini)
     w, rk = mini.workloads["agent"], mini.racks["r15"]

@@ -11,7 +11,6 @@ import subprocess
 import threading
 from pathlib import Path
 
-import httpx
 import kubernetes_validate
 import pytest
 import yaml
@@ -23,7 +22,7 @@ from advisor.export.names import DNS1123_LABEL, dns_label
 from advisor.export.plan import GPU_DEVICES
 from advisor.export.slurm import FILES, node_names, split_bundle
 from advisor.operations import operating_thresholds
-from advisor.optimize import optimize
+from advisor.optimizer.optimize import optimize
 from api_server import MINI, Server
 from models.assumptions import ModelAssumptions
 from models.config import Configuration
@@ -330,7 +329,7 @@ def test_prometheus_rules_pass_promtool(case, hybrid, mini, tmp_path):
 def test_cli_round_trip(tmp_path):
     from typer.testing import CliRunner
 
-    from advisor.cli import app
+    from advisor.cli.main import app
 
     settings = tmp_path / "export.yaml"
     settings.write_text(yaml.safe_dump({"gpu_devices": {"T": GPU_DEVICES["NVIDIA"].model_dump()}}))
@@ -389,7 +388,7 @@ def test_api_export(server, hybrid, mini):
 # ---------------------------------------------------------------------------------------------------------- report
 
 def test_report_offers_the_artifacts(tmp_path):
-    from advisor.report import render_report
+    from advisor.report.html import render_report
     from cdp_pipe import Chromium
 
     html, data = render_report({"workload": "swe-agent", "rack": "air-40kw", "sensitivity": False,

@@ -24,8 +24,8 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
 
-from advisor.api import create_app
-from advisor.settings_api import ApiSettings
+from advisor.api.app import create_app
+from advisor.api.settings import ApiSettings
 from api_server import Server
 
 MAX_EXAMPLES = 40

@@ -17,7 +17,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -25,9 +24,9 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from advisor.catalog import MAX_YAML_DEPTH, MAX_YAML_NODES, load_catalog, load_rack, load_workload, parse_yaml
-from advisor.cli import app as cli_app
+from advisor.cli.main import app as cli_app
 from advisor.errors import InputError
-from advisor.scenarios import load_scenarios, resolve
+from advisor.studies.scenarios import load_scenarios, resolve
 from advisor.service import evaluate_configuration
 from api_server import MINI, Server
 from models.catalog import UnknownId
@@ -99,16 +98,22 @@ def _yaml(data: Any) -> str:
     return yaml.safe_dump(data, allow_unicode=True, sort_keys=False)
 
 
-def _accepted_or_clear(fn, where: str):
-    """fn() returns, or raises an InputError/UnknownId whose message names `where` (the file or field)."""
+def _accepted_or_clear(fn, where: str | tuple[str, ...]):
+    """fn() returns, or raises an InputError/UnknownId whose message names `where` (the file, the configuration or
+    the scenario: any one of several when a tuple)."""
+    names = (where,) if isinstance(where, str) else where
+    assert all(names), "an empty `where` would accept any message"
     try:
         return fn()
     except (InputError, UnknownId) as e:
         msg = str(e)
         assert msg.strip(), "an error without a message"
-        assert where in msg, (where, msg)
+        assert any(n in msg for n in names), (names, msg)
         return None
 
+
+EVAL_NAMES = ("configuration", "unknown")
+"""An evaluation error names the configuration (`configuration 'x': ...`) or the unknown catalog id."""
 
 MINI_DATA = {p.name: yaml.safe_load(p.read_text()) for p in MINI.glob("*.yaml")}
 WORKLOAD = yaml.safe_load((MINI / "workloads" / "agent.yaml").read_text())
@@ -160,7 +165,7 @@ def test_mutated_catalog_loads_or_names_the_file(name, data):
         (folder / name).write_text(_yaml(bad), encoding="utf-8")
         cat = _accepted_or_clear(lambda: load_catalog(folder), str(folder))
     if cat is not None:  # accepted: the model copes with whatever values passed validation
-        _accepted_or_clear(lambda: evaluate_configuration(CONFIG, "agent", "r40", cat), "")
+        _accepted_or_clear(lambda: evaluate_configuration(CONFIG, "agent", "r40", cat), EVAL_NAMES)
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +183,7 @@ def test_mutated_workload_file_loads_or_names_the_file(mini, data):
         path.write_text(_yaml(bad), encoding="utf-8")
         w = _accepted_or_clear(lambda: load_workload(str(path), mini), str(path))
     if w is not None:
-        _accepted_or_clear(lambda: evaluate_configuration(CONFIG, w, "r40", mini), "")
+        _accepted_or_clear(lambda: evaluate_configuration(CONFIG, w, "r40", mini), EVAL_NAMES)
 
 
 @pytest.mark.slow
@@ -191,7 +196,7 @@ def test_mutated_rack_and_configuration_files(mini, data):
         rp.write_text(_yaml(rack), encoding="utf-8")
         cp.write_text(_yaml(cfg), encoding="utf-8")
         r = _accepted_or_clear(lambda: load_rack(str(rp), mini), str(rp))
-        _accepted_or_clear(lambda: evaluate_configuration(str(cp), "agent", r or "r40", mini), "")
+        _accepted_or_clear(lambda: evaluate_configuration(str(cp), "agent", r or "r40", mini), (str(cp), *EVAL_NAMES))
 
 
 SCENARIO = {"catalog": str(MINI), "workload": "agent", "rack": "r15", "time_limit_s": 30, "layouts": ["a", "hybrid"],
@@ -207,7 +212,7 @@ def test_mutated_scenario_file_loads_or_names_the_file(data):
         path.write_text(_yaml(bad), encoding="utf-8")
         scen = _accepted_or_clear(lambda: load_scenarios(path), str(path))
         for s in scen or []:
-            _accepted_or_clear(lambda: resolve(s), "")
+            _accepted_or_clear(lambda: resolve(s), f"scenario {s.name!r}")
 
 
 # ------------------------------------------------------------------------------------------------ CLI

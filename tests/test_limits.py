@@ -17,7 +17,7 @@ import pytest
 
 from advisor.cancel import CancelToken, Cancelled, cancellable, check
 from advisor.catalog import builtin_catalog, load_catalog, load_workload
-from advisor.optimize import optimize
+from advisor.optimizer.optimize import optimize
 from advisor.service import evaluate_configuration
 from advisor.simulation.des import SimSettings, build_model, simulate_model
 from advisor.solver.backends import solve

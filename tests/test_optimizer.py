@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from advisor.catalog import builtin_catalog, load_catalog
-from advisor.formulation import Problem, build
-from advisor.optimize import optimize
-from advisor.options import ServerOption, enumerate_options
-from advisor.settings import OptimizerSettings
+from advisor.optimizer.formulation import Problem, build
+from advisor.optimizer.optimize import optimize
+from advisor.optimizer.options import ServerOption, enumerate_options
+from advisor.optimizer.settings import OptimizerSettings
 from advisor.solver.backends import to_pulp
 from models.config import Configuration
 from models.hardware import Rack

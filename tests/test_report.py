@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from advisor.catalog import builtin_catalog, load_catalog
-from advisor.report import SECTIONS, render_report
+from advisor.report.html import SECTIONS, render_report
 from api_server import MINI, ROOT
 from cdp_pipe import Chromium
 
@@ -151,7 +151,7 @@ def test_infeasible_report_still_renders(tmp_path):
 def test_cli_report(tmp_path):
     from typer.testing import CliRunner
 
-    from advisor.cli import app
+    from advisor.cli.main import app
 
     out = tmp_path / "r.html"
     res = CliRunner().invoke(app, ["report", "--workload", "agent", "--rack", "r40", "--layout", "b",

@@ -13,10 +13,10 @@ import pytest
 import yaml
 from fastapi.testclient import TestClient
 
-import advisor.api as api
-from advisor.batch import run_batch
-from advisor.settings_api import ApiSettings
-from advisor.store import ReportStore
+import advisor.api.app as api
+from advisor.studies.batch import run_batch
+from advisor.api.settings import ApiSettings
+from advisor.api.store import ReportStore
 from api_server import MINI, Server
 from cdp_pipe import Chromium
 

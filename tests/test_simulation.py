@@ -224,7 +224,7 @@ def test_empty_trace_is_an_error(tmp_path):
 
 
 def test_cli_gen_fit_simulate(tmp_path):
-    from advisor.cli import app
+    from advisor.cli.main import app
 
     runner = CliRunner()
     tr = tmp_path / "t.jsonl"

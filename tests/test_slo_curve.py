@@ -1,4 +1,4 @@
-"""The tail-wait SLO as capacity curves in the MILP (advisor/slo_curve.py): the curve against the evaluator's
+"""The tail-wait SLO as capacity curves in the MILP (advisor/optimizer/slo_curve.py): the curve against the evaluator's
 function, and the optimizer against a brute-force enumeration filtered by the evaluator's SLO check."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import functools
 
 import pytest
 
-from advisor.optimize import optimize
-from advisor.settings import OptimizerSettings
-from advisor.slo_curve import QueueCalls, curve
+from advisor.optimizer.optimize import optimize
+from advisor.optimizer.settings import OptimizerSettings
+from advisor.optimizer.slo_curve import QueueCalls, curve
 from models.config import Configuration
 from models.pipeline import evaluate
 from models.queueing import max_arrival_for_wait

@@ -8,9 +8,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from advisor.cli import app
-from advisor.optimize import optimize
-from advisor.settings import OptimizerSettings
+from advisor.cli.main import app
+from advisor.optimizer.optimize import optimize
+from advisor.optimizer.settings import OptimizerSettings
 from models.assumptions import ModelAssumptions
 from models.config import Configuration
 from models.performance import call_mix
@@ -175,7 +175,7 @@ def test_cli_objective_and_text(builtin):
 def test_older_results_file_gains_cost_columns(tmp_path):
     import sqlite3
 
-    from advisor.batch import COLUMNS, connect
+    from advisor.studies.results import COLUMNS, connect
 
     old = [(c, t) for c, t in COLUMNS if c not in ("cost_usd_per_hour", "cost_usd_per_1000_tasks",
                                                    "energy_wh_per_task")]

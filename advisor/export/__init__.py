@@ -12,7 +12,7 @@ from typing import Literal
 
 from advisor.export import k8s, prometheus, slurm
 from advisor.export.plan import ExportSettings, Plan, build_plan
-from advisor.optimize import OptimizeResult
+from advisor.optimizer.optimize import OptimizeResult
 from models.assumptions import ModelAssumptions
 from models.base import Frozen
 from models.catalog import Catalog

@@ -188,7 +188,6 @@ def build_plan(config: Configuration, ev: Evaluation, workload: Workload, catalo
                assumptions: ModelAssumptions, headroom: float, settings: ExportSettings | None = None) -> Plan:
     s = settings or ExportSettings()
     groups, _ = resolve_groups(config, workload, catalog, assumptions)
-    figs = {q.name: q for q in ev.queues}
     gplans: list[GroupPlan] = []
     for g in groups:
         p = g.profile

@@ -756,11 +756,6 @@ def simulate_model(model: SimModel, settings: SimSettings, recorder: Callable | 
     return out
 
 
-def simulate(config: Configuration, workload: Workload, catalog: Catalog, settings: SimSettings,
-             assumptions: ModelAssumptions | None = None) -> dict:
-    return simulate_model(build_model(config, workload, catalog, assumptions), settings)
-
-
 def closed_form_at(config: Configuration, workload: Workload, rack, catalog: Catalog, agents: int | None = None,
                    arrival_rate_per_hour: float | None = None, load_fraction: float | None = None,
                    assumptions: ModelAssumptions | None = None):

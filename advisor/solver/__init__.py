@@ -1,4 +1,5 @@
-"""A small solver-neutral linear model and two backends (PuLP/CBC and OR-Tools/SCIP)."""
+"""A small solver-neutral linear model and three backends: CBC (via PuLP), SCIP (via OR-Tools) and HiGHS (via
+SciPy; also the LP solver behind shadow prices and the row search's small integer programs)."""
 
 from advisor.solver.backends import BACKENDS, solve
 from advisor.solver.linear import Constraint, LinearModel, Solution, Var

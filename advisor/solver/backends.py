@@ -16,6 +16,7 @@ import pulp
 from pulp.apis import coin_api
 
 from advisor import cancel
+from advisor.solver.highs import solve_highs
 from advisor.solver.linear import LinearModel, Solution
 
 _CBC_PROCS: contextvars.ContextVar[list[subprocess.Popen] | None] = contextvars.ContextVar("cbc_procs", default=None)
@@ -35,7 +36,13 @@ class _TrackedPopen(subprocess.Popen):
                 self.kill()
 
 
-coin_api.subprocess = types.SimpleNamespace(**{**vars(subprocess), "Popen": _TrackedPopen})
+def _track_cbc_processes() -> None:
+    """Let PuLP start CBC through _TrackedPopen. PuLP has no hook for the process it starts, so its coin_api
+    module's `subprocess` is replaced, once, by a namespace whose Popen records the process (everything else is the
+    real module). Done on the first CBC solve rather than at import, so importing advisor changes nothing in PuLP;
+    thread-safe because the processes are recorded in a context variable per solve, not in the replacement."""
+    if getattr(coin_api.subprocess, "Popen", None) is not _TrackedPopen:
+        coin_api.subprocess = types.SimpleNamespace(**{**vars(subprocess), "Popen": _TrackedPopen})
 
 
 def _kill_all(procs: list[subprocess.Popen]) -> Callable[[], None]:
@@ -94,6 +101,7 @@ def _cbc_log_facts(path: str, maximize: bool) -> tuple[float | None, bool]:
 
 def solve_cbc(model: LinearModel, time_limit_s: float, gap: float, threads: int = 1,
               hint: dict[str, float] | None = None) -> Solution:
+    _track_cbc_processes()
     prob, v, cons = to_pulp(model)
     for name, val in (hint or {}).items():
         if name in v:
@@ -211,7 +219,7 @@ def _finish(sol: Solution, is_mip: bool) -> Solution:
     return sol
 
 
-BACKENDS: dict[str, Callable[..., Solution]] = {"cbc": solve_cbc, "ortools": solve_ortools}
+BACKENDS: dict[str, Callable[..., Solution]] = {"cbc": solve_cbc, "ortools": solve_ortools, "highs": solve_highs}
 
 
 def solve(model: LinearModel, backend: str = "cbc", time_limit_s: float = 60.0, gap: float = 1e-6,

@@ -6,8 +6,9 @@ Groups (`power`, `cooling_air`, `space`, ...) let an explanation or an infeasibi
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
@@ -43,6 +44,9 @@ class LinearModel:
     constraints: list[Constraint] = field(default_factory=list)
     objective: dict[str, float] = field(default_factory=dict)
     maximize: bool = True
+    check_group: Callable[[str], Any] | None = None
+    """Called with each new constraint's group; raises for a group its owner has not registered (the optimizer
+    passes advisor.optimizer.groups.group_of). None: any group."""
 
     def var(self, name: str, lb: float = 0.0, ub: float | None = None, integer: bool = False) -> str:
         if name in self.vars:
@@ -51,6 +55,8 @@ class LinearModel:
         return name
 
     def add(self, name: str, group: str, terms: dict[str, float], sense: Sense, rhs: float) -> None:
+        if self.check_group is not None:
+            self.check_group(group)
         terms = {k: v for k, v in terms.items() if v != 0}
         for k in terms:
             if k not in self.vars:
@@ -58,7 +64,8 @@ class LinearModel:
         self.constraints.append(Constraint(name, group, terms, sense, rhs))
 
     def copy(self) -> "LinearModel":
-        return LinearModel(self.name, dict(self.vars), list(self.constraints), dict(self.objective), self.maximize)
+        return LinearModel(self.name, dict(self.vars), list(self.constraints), dict(self.objective), self.maximize,
+                           self.check_group)
 
     def groups(self) -> list[str]:
         return sorted({c.group for c in self.constraints})

@@ -16,9 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from advisor.options import ServerOption
-from advisor.settings import OptimizerSettings
-from advisor.slo_curve import QueueCalls, curve, max_servers_bound, queue_calls
+from advisor.optimizer.groups import group_of
+from advisor.optimizer.options import ServerOption
+from advisor.optimizer.settings import OptimizerSettings
+from advisor.optimizer.slo_curve import QueueCalls, curve, max_servers_bound, queue_calls
 from advisor.solver.linear import LinearModel, safe_name
 from models.hardware import Rack
 from models.performance import GpuServing, cpu_call_seconds, stage_gpu_latency_s
@@ -173,7 +174,7 @@ def throughput_upper_bound(p: Problem) -> float:
 
 def build(p: Problem, memory: bool = True) -> Built:
     """The MILP; `memory=False` leaves out sandbox memory (and the SKU choices it needs) for a first, easier solve."""
-    m = LinearModel("rack_advisor")
+    m = LinearModel("rack_advisor", check_group=group_of)
     n = add_server_vars(m, p)
     x = m.var("X", 0, None)
     x_ub = throughput_upper_bound(p)
@@ -291,7 +292,7 @@ def slo_queues(p: Problem) -> list[tuple[int, str, list[float], list[QueueCalls]
 
 def add_slo_curves(m: LinearModel, p: Problem, y, x: str, count) -> None:
     """slo:<q>: the queue's call rate under its piecewise-linear capacity curve in its integer server count
-    (advisor/slo_curve.py; docs/model.md section 9.4). The curve is chosen together with a core-speed level: at level
+    (advisor/optimizer/slo_curve.py; docs/model.md section 9.4). The curve is chosen together with a core-speed level: at level
     l the queue takes cores only from servers at least that fast, and the curve assumes speed l (conservative for a
     mix, exact for one speed). One binary per (level, segment); exactly one is set."""
     s = p.settings

@@ -12,10 +12,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from advisor.batch import COLUMN_NAMES, DB_NAME, read_rows
+from advisor import layouts
+from advisor.layouts import LAYOUT_COLORS, LAYOUTS, Outcome
+from advisor.studies.results import COLUMN_NAMES, DB_NAME, read_rows
 
-LAYOUT_ORDER = ("a", "b", "hybrid")
-LAYOUT_COLORS = {"a": "#d62728", "b": "#1f77b4", "hybrid": "#2ca02c"}
 CSV_COLUMNS = ("scenario", "layout", "status", "throughput", "power_w", "space_u", "capital_usd", "cost_usd_per_hour",
                "cost_usd_per_1000_tasks", "energy_wh_per_task", "gap", "bottleneck",
                "binding_json", "solve_seconds", "started", "finished", "worker", "hash", "scenario_hash", "base",
@@ -42,15 +42,10 @@ def new_figure(width: float = 7.5, height: float = 3.6):
 
 
 def best_layout(by_layout: dict[str, dict]) -> str | None:
-    """Most throughput; ties (within 1e-6 relative) to the lower power, then layout order."""
-    ok = {k: r for k, r in by_layout.items() if r.get("status") != "error" and r.get("throughput") is not None}
-    if not ok:
-        return None
-    top = max(r["throughput"] for r in ok.values())
-    if top <= 0:
-        return None
-    tied = [k for k, r in ok.items() if r["throughput"] >= top * (1 - 1e-6)]
-    return min(tied, key=lambda k: (ok[k].get("power_w") or 0.0, LAYOUT_ORDER.index(k) if k in LAYOUT_ORDER else 9))
+    """The best of a scenario's result rows by advisor.layouts.best_layout (errors left out)."""
+    return layouts.best_layout(Outcome(k, r["throughput"], r.get("power_w") or 0.0, r.get("gap"))
+                               for k, r in by_layout.items()
+                               if r.get("status") != "error" and r.get("throughput") is not None)
 
 
 def pivot(rows: list[dict]) -> list[dict]:
@@ -100,7 +95,7 @@ def export_json(rows: list[dict], path: Path) -> Path:
 def _charts(rows: list[dict], piv: list[dict]) -> list[dict]:
     charts = []
     ok = [r for r in rows if r["status"] != "error" and r["throughput"] is not None]
-    layouts = [lay for lay in LAYOUT_ORDER if any(r["layout"] == lay for r in rows)]
+    layouts = [lay for lay in LAYOUTS if any(r["layout"] == lay for r in rows)]
     # 1. best-layout counts
     wins = Counter(e["best"] for e in piv if e["best"])
     if wins:
@@ -150,7 +145,7 @@ def render_html(rows: list[dict], title: str = "rack-advisor batch") -> str:
     env = Environment(loader=FileSystemLoader(Path(templates.__file__).parent), autoescape=True)
     env.filters["num"] = lambda v, d=0: "" if v is None else f"{v:,.{d}f}"
     piv = pivot(rows)
-    layouts = [lay for lay in LAYOUT_ORDER if any(r["layout"] == lay for r in rows)]
+    layouts = [lay for lay in LAYOUTS if any(r["layout"] == lay for r in rows)]
     statuses = Counter(r["status"] for r in rows)
     errors = [r for r in rows if r["status"] == "error"]
     override_keys = sorted({k for e in piv for k in e["overrides"]})
@@ -168,7 +163,7 @@ def export_all(out_dir: Path | str, scenarios: list[str] | None = None) -> dict[
     rows = read_rows(out / DB_NAME, scenarios)
     if scenarios is not None:  # keep file order
         order = {n: i for i, n in enumerate(scenarios)}
-        lay = {k: i for i, k in enumerate(LAYOUT_ORDER)}
+        lay = {k: i for i, k in enumerate(LAYOUTS)}
         rows.sort(key=lambda r: (order.get(r["scenario"], 1 << 30), lay.get(r["layout"], 9)))
     paths = {"csv": export_csv(rows, out / "results.csv"), "json": export_json(rows, out / "results.json")}
     p = out / "report.html"

@@ -1,6 +1,6 @@
 """Batch optimizer: solve many scenarios x layouts in worker processes (or on a Dask cluster), into SQLite.
 
-Each (scenario, layout) is one solve with a canonical input hash (see advisor.scenarios). Results go to
+Each (scenario, layout) is one solve with a canonical input hash (see advisor.studies.scenarios). Results go to
 OUT/results.sqlite, table `results`, one row per scenario x layout, written by the coordinating process only, each
 finished solve committed in its own transaction (WAL journal, synchronous=FULL). So:
 - a rerun skips every (scenario, layout) whose row already holds the same hash, and copies the answer for a new name
@@ -27,39 +27,25 @@ import os
 import signal
 import socket
 import sqlite3
-import sys
 import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from advisor.errors import InputError
-from advisor.scenarios import Resolved, Scenario, canonical_json, resolve, sha256_of
+from advisor.studies.batch_report import export_all
+from advisor.studies.results import BUSY_TIMEOUT_S, COLUMN_NAMES, DB_NAME, write_rows, connect, read_rows  # noqa: F401 - read_rows, COLUMN_NAMES: part of the batch API
+from advisor.studies.scenarios import Resolved, Scenario, canonical_json, resolve, sha256_of
 
-DB_NAME = "results.sqlite"
-SCHEMA_VERSION = 2
-"""2 added the TCO columns; an older results file gains them when opened (its rows keep NULL there)."""
-BUSY_TIMEOUT_S = 30.0
 MAX_CRASH_RETRIES = 1
 """A solve in flight when a worker process died is retried alone this many times before it is recorded as a crash."""
 
-COLUMNS = (
-    ("scenario", "TEXT NOT NULL"), ("layout", "TEXT NOT NULL"), ("hash", "TEXT NOT NULL"),
-    ("scenario_hash", "TEXT"), ("base", "TEXT"), ("sample", "INTEGER"), ("overrides_json", "TEXT"),
-    ("inputs_json", "TEXT"), ("status", "TEXT NOT NULL"), ("throughput", "REAL"), ("predicted", "REAL"),
-    ("power_w", "REAL"), ("space_u", "INTEGER"), ("capital_usd", "REAL"), ("cost_usd_per_hour", "REAL"),
-    ("cost_usd_per_1000_tasks", "REAL"), ("energy_wh_per_task", "REAL"), ("gap", "REAL"), ("bottleneck", "TEXT"),
-    ("binding_json", "TEXT"), ("configuration_json", "TEXT"), ("message", "TEXT"), ("solve_seconds", "REAL"),
-    ("started", "TEXT"), ("finished", "TEXT"), ("worker", "TEXT"), ("error", "TEXT"),
-)
-COLUMN_NAMES = tuple(c for c, _ in COLUMNS)
 RESULT_FIELDS = ("status", "throughput", "predicted", "power_w", "space_u", "capital_usd", "cost_usd_per_hour",
                  "cost_usd_per_1000_tasks", "energy_wh_per_task", "gap", "bottleneck",
                  "binding_json", "configuration_json", "message", "solve_seconds", "started", "finished", "worker",
@@ -95,8 +81,8 @@ def solve_job(inputs: dict, catalog_json: dict) -> dict:
     started, t0 = _now(), time.perf_counter()
     worker = f"{socket.gethostname()}:{os.getpid()}"
     try:
-        from advisor.optimize import optimize
-        from advisor.settings import OptimizerSettings
+        from advisor.optimizer.optimize import optimize
+        from advisor.optimizer.settings import OptimizerSettings
         from models.hardware import Rack
         from models.workload import Workload
 
@@ -183,50 +169,6 @@ def make_jobs(scenarios: Iterable[Scenario]) -> list[Job]:
     return jobs
 
 
-def connect(path: Path) -> sqlite3.Connection:
-    db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-    db.execute("PRAGMA busy_timeout=%d" % int(BUSY_TIMEOUT_S * 1000))
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=FULL")
-    db.execute(f"CREATE TABLE IF NOT EXISTS results ({', '.join(f'{c} {t}' for c, t in COLUMNS)}, "
-               "PRIMARY KEY (scenario, layout))")
-    have = {r[1] for r in db.execute("PRAGMA table_info(results)")}
-    for c, t in COLUMNS:
-        if c not in have:  # a results file from an older version: add the column, keep every finished row
-            db.execute(f"ALTER TABLE results ADD COLUMN {c} {t.replace(' NOT NULL', '')}")
-    db.execute("CREATE INDEX IF NOT EXISTS results_hash ON results(hash)")
-    db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-    return db
-
-
-def _write(db: sqlite3.Connection, rows: list[dict]) -> None:
-    """All rows in one transaction: either every row of a finished solve is there, or none is."""
-    sql = (f"INSERT OR REPLACE INTO results ({', '.join(COLUMN_NAMES)}) "
-           f"VALUES ({', '.join('?' for _ in COLUMN_NAMES)})")
-    db.execute("BEGIN IMMEDIATE")
-    try:
-        db.executemany(sql, [tuple(r.get(c) for c in COLUMN_NAMES) for r in rows])
-        db.execute("COMMIT")
-    except BaseException:
-        db.execute("ROLLBACK")
-        raise
-
-
-def read_rows(path: Path | str, scenarios: Iterable[str] | None = None) -> list[dict]:
-    path = Path(path)
-    if path.is_dir():
-        path = path / DB_NAME
-    if not path.exists():
-        return []
-    with closing(sqlite3.connect(path, timeout=BUSY_TIMEOUT_S)) as db:
-        db.row_factory = sqlite3.Row
-        rows = [dict(r) for r in db.execute("SELECT * FROM results ORDER BY rowid")]
-    if scenarios is not None:
-        want = set(scenarios)
-        rows = [r for r in rows if r["scenario"] in want]
-    return rows
-
-
 # ----------------------------------------------------------------------------------------------------------------
 # Executors
 
@@ -248,7 +190,7 @@ class _Inline:
 
 def _local_pool(workers: int) -> ProcessPoolExecutor:
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["advisor.batch", "advisor.optimize"])
+    ctx.set_forkserver_preload(["advisor.studies.batch", "advisor.optimizer.optimize"])
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init)
 
 
@@ -415,7 +357,7 @@ class Runner:
                 todo.setdefault(j.hash, []).append(j)
         stats.copied = len(copies) + sum(len(v) - 1 for v in todo.values())
         if unresolved:
-            _write(self._db, [{**j.meta(), **_error_fields(f"InputError: {j.error}")} for j in unresolved])
+            write_rows(self._db, [{**j.meta(), **_error_fields(f"InputError: {j.error}")} for j in unresolved])
             stats.written += len(unresolved)
         if copies:
             self._copy(copies)
@@ -443,7 +385,7 @@ class Runner:
                 rows.append({**{k: src[k] for k in RESULT_FIELDS}, **j.meta()})
         finally:
             self._db.row_factory = None
-        _write(self._db, rows)
+        write_rows(self._db, rows)
 
     def _solve_all(self, todo: dict[str, list[Job]], stats: RunStats, description: str) -> None:
         if not todo:
@@ -490,7 +432,7 @@ class Runner:
                                 continue
                         except Exception as e:  # noqa: BLE001 - e.g. Dask KilledWorker
                             fields = _error_fields(f"executor: {type(e).__name__}: {e}")
-                        _write(self._db, [{**j.meta(), **fields} for j in todo[h]])
+                        write_rows(self._db, [{**j.meta(), **fields} for j in todo[h]])
                         stats.solved += 1
                         stats.written += len(todo[h])
                         bar.advance(task, len(todo[h]))
@@ -535,7 +477,7 @@ def run_batch(scenarios: Iterable[Scenario] | str | Path, out_dir: Path | str, w
               solve_fn: Callable[[dict, dict], dict] = solve_job) -> BatchSummary:
     """Solve every scenario x layout into OUT/results.sqlite (skipping what is done), then export CSV/JSON/HTML."""
     if isinstance(scenarios, (str, Path)):
-        from advisor.scenarios import load_scenarios
+        from advisor.studies.scenarios import load_scenarios
 
         scenarios = load_scenarios(scenarios)
     scenarios = list(scenarios)
@@ -548,7 +490,5 @@ def run_batch(scenarios: Iterable[Scenario] | str | Path, out_dir: Path | str, w
         stats = runner.run(jobs, description="batch")
     exports = {}
     if export and not stats.interrupted:
-        from advisor.batch_report import export_all
-
         exports = export_all(out, [s.name for s in scenarios])
     return BatchSummary(stats, out, out / DB_NAME, exports)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from advisor.optimize import MATERIAL_GAIN, OptimizeResult, optimize
-from advisor.settings import OptimizerSettings
+from advisor.optimizer.optimize import MATERIAL_GAIN, OptimizeResult, optimize
+from advisor.optimizer.settings import OptimizerSettings
+from advisor.layouts import LAYOUTS, Outcome, best_layout
 from models.base import Frozen
 from models.catalog import Catalog
 from models.hardware import Rack
 from models.performance import gpu_serving
 from models.workload import Workload
 
-LAYOUTS = ("a", "b", "hybrid")
 
 
 class LayoutComparison(Frozen):
@@ -39,7 +39,8 @@ def compare_layouts(workload: Workload, rack: Rack, catalog: Catalog, **kw) -> L
         results.append(res)
     a = results[0].throughput_tasks_per_hour
     ratios = {r.layout: (r.throughput_tasks_per_hour / a if a > 0 else None) for r in results}
-    best = max(results, key=lambda r: (r.throughput_tasks_per_hour, -r.power_w))
+    best_id = best_layout(Outcome(r.layout, r.throughput_tasks_per_hour, r.power_w, r.gap) for r in results)
+    best = next((r for r in results if r.layout == best_id), results[0])
     if a > 0:
         summary = (f"best layout {best.layout}: {best.throughput_tasks_per_hour:,.0f} tasks/h, "
                    f"{best.throughput_tasks_per_hour / a:.2f}x GPU-first (A: {a:,.0f} tasks/h)")

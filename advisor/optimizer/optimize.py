@@ -9,12 +9,13 @@ from typing import Literal
 
 from pydantic import Field
 
-from advisor.formulation import (Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound,
+from advisor.optimizer.groups import BUDGET_GROUPS, BUDGET_UNITS
+from advisor.optimizer.formulation import (Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound,
                                  power_terms, slo_queues)
-from advisor.options import Layout, ServerOption, enumerate_options, prune_dominated
-from advisor.settings import OptimizerSettings
+from advisor.optimizer.options import Layout, ServerOption, enumerate_options, prune_dominated
+from advisor.optimizer.settings import OptimizerSettings
 from advisor.solver import LinearModel, Solution, Var, solve
-from advisor.tco_objective import TCO_OBJECTIVES, solve_tco
+from advisor.optimizer.objectives import TCO_OBJECTIVES, solve_tco
 from models.base import Frozen
 from models.catalog import Catalog
 from models.config import Configuration, OperatingPoint, Queue, ServerGroup
@@ -32,8 +33,6 @@ MATERIAL_GAIN = 1e-6
 tie-breaks may give up to `throughput_tie_tolerance` of throughput for lower power)."""
 RELAXES = {"hybrid": "b", "b": "a"}
 """Each layout's feasible set contains the one named here."""
-BUDGET_GROUPS = ("power", "cooling_air", "cooling_liquid", "space", "capital")
-BUDGET_UNITS = {"power": "W", "cooling_air": "W", "cooling_liquid": "W", "space": "U", "capital": "USD"}
 
 
 class ServerChoice(Frozen):
@@ -495,7 +494,8 @@ def _constraint_status(b: Built, p: Problem, sol: Solution) -> list[ConstraintSt
 
 def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clock: _Clock, layout: Layout,
                    x_best: float, explain_resolve: bool) -> list[ShadowPrice]:
-    from advisor.rowpatterns import _lp, polish
+    from advisor.optimizer.rows import polish
+    from advisor.solver.highs import lp as _lp
 
     # The LP relaxation is solved in process by HiGHS whatever the backend: where budgets bind together (a rack's
     # power and air cooling, say) its duals are not unique, and CLP and GLOP put them on different budgets; CBC
@@ -693,7 +693,7 @@ def _canonical(b: Built, p: Problem, model: LinearModel, sol: Solution, objectiv
     thus go to orchestration (up to what the GPUs use) and then to tools rather than idle: where the MILP is
     conservative (tail-wait curves assume the slowest core speed of a mix) that spare is headroom the evaluator
     credits. TCO objectives keep their own objective (it prices the dispatch flows)."""
-    from advisor.rowpatterns import canonical_racks, polish
+    from advisor.optimizer.rows import canonical_racks, polish
 
     if not sol.has_solution or b.x not in sol.values:
         return sol
@@ -708,9 +708,9 @@ def _canonical(b: Built, p: Problem, model: LinearModel, sol: Solution, objectiv
 def _solve_row(b: Built, p: Problem, layout: Layout, objective: Objective, backend: str, s: OptimizerSettings,
                clock: _Clock, memory: bool) -> tuple[Solution, LinearModel, list[str]]:
     """R identical racks. For max_throughput (layouts b and hybrid) solve the rack-pattern program of
-    advisor/rowpatterns.py, seeded with the best single rack; it proves its gap with a column-generation bound.
+    advisor/optimizer/rows.py, seeded with the best single rack; it proves its gap with a column-generation bound.
     Otherwise, or when the model does not aggregate, solve the row MILP directly from R copies of the best rack."""
-    from advisor.rowpatterns import solve_row
+    from advisor.optimizer.rows import solve_row
 
     single = _single_rack(p, layout, objective, backend, s, clock, memory)
     if objective == "max_throughput" and layout != "a":

@@ -115,15 +115,5 @@ def curve(qc: QueueCalls, target_wait_s: float, quantile: float, max_servers: in
     return segs
 
 
-def curve_error(segs: list[Segment], qc: QueueCalls, target_wait_s: float, quantile: float, servers: int) -> float:
-    """Relative shortfall of the curve below lambda_max at `servers` (0 at exact points)."""
-    wait = target_wait_s / qc.wait_scale
-    for sg in segs:
-        if sg.start <= servers <= sg.end:
-            true = _lam(servers, qc.mean_call_s, wait, quantile)
-            return max(0.0, (true - (sg.value + sg.slope * (servers - sg.start))) / true) if true > 0 else 0.0
-    return 0.0
-
-
 def max_servers_bound(cores: float, qc: QueueCalls) -> int:
     return max(0, int(math.floor(cores / qc.mean_parallelism)))

@@ -9,17 +9,15 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from advisor.catalog import builtin_catalog
 from advisor.errors import InputError
-from advisor.render_text import print_evaluation
+from advisor.cli.common import err, fail, out
+from advisor.cli.render import print_evaluation
 from advisor.service import evaluate_configuration
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Fill racks for the most agentic AI tasks per hour.")
-out = Console()
-err = Console(stderr=True)
 
 
 class Kind(str, Enum):
@@ -29,11 +27,6 @@ class Kind(str, Enum):
     racks = "racks"
     workloads = "workloads"
     served_models = "served_models"
-
-
-def fail(message: str, code: int = 2) -> None:
-    err.print(f"[red]error:[/red] {message}", highlight=False)
-    raise typer.Exit(code)
 
 
 def _catalog():
@@ -163,10 +156,10 @@ def optimize_cmd(
     save_config: Optional[Path] = typer.Option(None, "--save-config", help="Write the chosen configuration as YAML."),
 ) -> None:
     """Choose servers, SKUs, cores per GPU and queues for the most tasks per hour under the rack budgets."""
-    from advisor.optimize import optimize
-    from advisor.render_text import print_optimize
+    from advisor.optimizer.optimize import optimize
+    from advisor.cli.render import print_optimize
 
-    from advisor.settings import OptimizerSettings
+    from advisor.optimizer.settings import OptimizerSettings
 
     cat, w, r = _inputs(workload, rack)
     try:
@@ -198,8 +191,8 @@ def compare_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Optimize layouts A (GPU-first), B (balanced) and hybrid, with ratios against A."""
-    from advisor.compare import compare_layouts
-    from advisor.render_text import print_compare
+    from advisor.optimizer.compare import compare_layouts
+    from advisor.cli.render import print_compare
 
     cat, w, r = _inputs(workload, rack)
     try:
@@ -225,7 +218,7 @@ def chip_vs_rack_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Per-chip ratio against rack-level throughput ratio for two CPU or two GPU SKUs under the same budgets."""
-    from advisor.compare import chip_vs_rack
+    from advisor.optimizer.compare import chip_vs_rack
 
     pair, kind = (gpu, "gpu") if gpu else (cpu, "cpu")
     if not pair or len(pair) != 2 or (gpu and cpu):
@@ -242,7 +235,7 @@ def chip_vs_rack_cmd(
         out.print(res.explanation)
 
 
-EXTENSIONS = ("advisor.cli_report", "advisor.cli_sim", "advisor.cli_batch", "advisor.cli_export")
+EXTENSIONS = ("advisor.cli.report", "advisor.cli.sim", "advisor.cli.batch", "advisor.cli.export")
 """Modules that add commands (serve, report, simulate, fit, batch, ...) through a `register(app)` function."""
 
 

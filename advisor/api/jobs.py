@@ -1,31 +1,25 @@
 """The work behind the API's solve endpoints, as plain functions of (catalog, request, limits).
 
-Module-level so that a solve worker process (advisor/workers.py) can run them as well as a thread of the server:
+Module-level so that a solve worker process (advisor/api/workers.py) can run them as well as a thread of the server:
 the request objects and answers pickle; the catalog is the worker's own copy. Every function raises InputError
 for input the user can fix (422) and lets anything else through (500)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from advisor.catalog import load_rack, load_workload
-from advisor.compare import LayoutComparison, compare_layouts
+from advisor.optimizer.compare import LayoutComparison, compare_layouts
 from advisor.errors import InputError
 from advisor.export import Artifact, export
-from advisor.optimize import OptimizeResult, optimize
-from advisor.report import render_report
+from advisor.optimizer.optimize import OptimizeResult, optimize
+from advisor.report.html import ReportRequest, render_report
+from advisor.requests import CompareRequest, EvaluateRequest, ExportRequest, OptimizeRequest
 from advisor.service import evaluate_configuration, resolve_inputs
-from advisor.settings import OptimizerSettings
+from advisor.optimizer.settings import OptimizerSettings
 from models.assumptions import ModelAssumptions
 from models.catalog import Catalog
 from models.hardware import Rack
 from models.pipeline import Evaluation
 from models.workload import Workload
-
-if TYPE_CHECKING:  # the request models live with the API; importing them here would be circular
-    from advisor.api import CompareRequest, EvaluateRequest, ExportRequest, OptimizeRequest
-    from advisor.report import ReportRequest
-
 
 def solve_inputs(cat: Catalog, req) -> tuple[Workload, Rack, OptimizerSettings]:
     for ids, table in ((req.gpu_ids, cat.gpus), (req.cpu_ids, cat.cpus)):

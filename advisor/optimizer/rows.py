@@ -35,13 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
-from advisor.formulation import Built, Problem
-from advisor.solver import LinearModel, Solution
+from advisor.optimizer.formulation import Built, Problem
+from advisor.optimizer.groups import RACK_GROUPS
+from advisor.solver import LinearModel, Solution, highs
 from advisor.solver.backends import OPTIMAL_GAP
 
-RACK_GROUPS = ("power", "cooling_air", "cooling_liquid", "space")
 """Constraint groups written once per rack; the patterns carry them."""
 PER_RACK_COPY_GROUPS = ("sku_choice",)
 """Groups whose per-rack copies (n_{r,o} <= ub * w_g) sum exactly to one row constraint."""
@@ -78,7 +77,7 @@ def _aggregate(b: Built, p: Problem) -> _Master | None:
     """The row model with totals instead of per-rack counts, or None if a constraint does not aggregate exactly."""
     var_of = {v: (r, i) for (r, i), v in b.n.items()}
     options = sorted({i for (_, i) in b.n})
-    m = LinearModel(b.model.name + "_row")
+    m = LinearModel(b.model.name + "_row", check_group=b.model.check_group)
     for name, v in b.model.vars.items():
         if name not in var_of:
             m.vars[name] = v
@@ -151,38 +150,6 @@ def _fits(mm: _Master, pat: tuple[int, ...]) -> bool:
                for use, cap in mm.budgets) and all(n <= mm.ub[i] for i, n in zip(mm.options, pat))
 
 
-def _lp(model: LinearModel, objective: dict[str, float], return_x: bool = False):
-    """LP relaxation of `model` maximizing `objective` with HiGHS: (value, row duals by name), or (value, variable
-    values) with `return_x`; None if not solved."""
-    names = list(model.vars)
-    col = {n: j for j, n in enumerate(names)}
-    c = np.zeros(len(names))
-    for k, a in objective.items():
-        c[col[k]] = -a
-    a_ub, b_ub, ub_names, a_eq, b_eq, eq_names = [], [], [], [], [], []
-    for con in model.constraints:
-        row = np.zeros(len(names))
-        for k, a in con.terms.items():
-            row[col[k]] = a
-        if con.sense == "==":
-            a_eq.append(row), b_eq.append(con.rhs), eq_names.append(con.name)
-        elif con.sense == "<=":
-            a_ub.append(row), b_ub.append(con.rhs), ub_names.append(con.name)
-        else:
-            a_ub.append(-row), b_ub.append(-con.rhs), ub_names.append((con.name, -1))
-    bounds = [(v.lb, v.ub) for v in model.vars.values()]
-    res = linprog(c, A_ub=np.array(a_ub) if a_ub else None, b_ub=b_ub or None,
-                  A_eq=np.array(a_eq) if a_eq else None, b_eq=b_eq or None, bounds=bounds, method="highs")
-    if res.status != 0:
-        return None
-    if return_x:
-        return -float(res.fun), dict(zip(names, (float(v) for v in res.x)))
-    duals = {}
-    for nm, mu in zip(ub_names, res.ineqlin.marginals if a_ub else []):
-        duals[nm if isinstance(nm, str) else nm[0]] = -float(mu)  # >= 0: objective gained per unit of rhs
-    return -float(res.fun), duals
-
-
 def _price(mm: _Master, pi: dict[int, float]) -> tuple[tuple[int, ...], float] | None:
     """One rack's best pattern for the supply duals pi (integer knapsack, HiGHS): (pattern, proven upper bound)."""
     idx = [j for j, i in enumerate(mm.options) if pi.get(i, 0.0) > 0]
@@ -191,8 +158,7 @@ def _price(mm: _Master, pi: dict[int, float]) -> tuple[tuple[int, ...], float] |
     c = -np.array([pi[mm.options[j]] for j in idx])
     a = np.array([[use.get(mm.options[j], 0.0) for j in idx] for use, _ in mm.budgets])
     caps = np.array([cap for _, cap in mm.budgets])
-    res = milp(c, integrality=np.ones(len(idx)), bounds=Bounds(0, [mm.ub[mm.options[j]] for j in idx]),
-               constraints=LinearConstraint(a, -np.inf, caps), options={"mip_rel_gap": 0.0})
+    res = highs.dense_milp(c, [mm.ub[mm.options[j]] for j in idx], a, -np.inf, caps, {"mip_rel_gap": 0.0})
     if res.x is None:
         return None
     pat = [0] * len(mm.options)
@@ -312,7 +278,7 @@ def solve_row(b: Built, p: Problem, solve_master: Callable[[Built], Solution], s
     bound, z_lp, converged, it, duals, lagrange = math.inf, None, False, 0, {}, math.inf
     t_cg = time.perf_counter()
     for it in range(1, max_iterations + 1):
-        lp = _lp(mm.built.model, {x: 1.0})
+        lp = highs.lp(mm.built.model, {x: 1.0})
         if lp is None:
             return None
         z_lp, duals = lp
@@ -402,13 +368,14 @@ def polish(model: LinearModel, sol: Solution, objectives: list[tuple[dict[str, f
     integer = {k for k, v in model.vars.items() if v.integer}
     fixed = LinearModel(model.name, {k: (type(v)(v.name, round(sol.values.get(k, 0.0)), round(sol.values.get(k, 0.0)),
                                                  False) if v.integer else v) for k, v in model.vars.items()},
-                        [c for c in model.constraints if not all(k in integer for k in c.terms)], {}, True)
+                        [c for c in model.constraints if not all(k in integer for k in c.terms)], {}, True,
+                        model.check_group)
     x = None
     for k, (terms, maximize) in enumerate(objectives):
         terms = {n: (a if maximize else -a) for n, a in terms.items() if n not in integer}
         if not terms:
             continue
-        got = _lp(fixed, terms, True)
+        got = highs.lp(fixed, terms, True)
         if got is None:
             break
         value, x = got
@@ -544,8 +511,7 @@ def _type_split(options: list[int], budgets, ub: dict[int, int], totals: list[in
     k = len(vectors)
     a = np.array([[v[q] for v in vectors] for q in range(len(live))] + [[1.0] * k], dtype=float)
     rhs = np.array([totals[j] for j in live] + [racks], dtype=float)
-    res = milp(np.arange(k, dtype=float) / k, integrality=np.ones(k), bounds=Bounds(0, racks),
-               constraints=LinearConstraint(a, rhs, rhs), options={"node_limit": CANONICAL_PACK_NODES})
+    res = highs.dense_milp(np.arange(k, dtype=float) / k, racks, a, rhs, rhs, {"node_limit": CANONICAL_PACK_NODES})
     if res.x is None:
         return None
     out = []
@@ -574,8 +540,7 @@ def _highs_split(options: list[int], budgets, ub: dict[int, int], totals: list[i
                 row[r * k + j] = use.get(i, 0.0)
             rows.append(row), lo.append(-np.inf), hi.append(cap)
     upper = [min(ub[options[j]], totals[j]) for _ in range(racks) for j in range(k)]
-    res = milp(np.zeros(nvar), integrality=np.ones(nvar), bounds=Bounds(0, upper),
-               constraints=LinearConstraint(np.array(rows), lo, hi), options={"node_limit": CANONICAL_PACK_NODES})
+    res = highs.dense_milp(np.zeros(nvar), upper, np.array(rows), lo, hi, {"node_limit": CANONICAL_PACK_NODES})
     if res.x is None:
         return None
     return [[int(round(res.x[r * k + j])) for j in range(k)] for r in range(racks)]

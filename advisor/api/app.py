@@ -1,7 +1,7 @@
 """HTTP API (FastAPI), versioned under /v1: catalog look-ups, evaluate, optimize, compare and stored HTML reports.
 
-Run it with `advisor serve` or `uvicorn advisor.api:app`. Solves run in a bounded pool of settings.workers worker
-processes (advisor/workers.py; settings.solve_in = "thread" runs them in threads of the server instead); a request
+Run it with `advisor serve` or `uvicorn advisor.api.app:app`. Solves run in a bounded pool of settings.workers worker
+processes (advisor/api/workers.py; settings.solve_in = "thread" runs them in threads of the server instead); a request
 that cannot get a slot within settings.queue_wait_s is answered 503 with Retry-After, so the event loop (and
 /healthz) always stays responsive.
 """
@@ -19,29 +19,26 @@ from typing import Any, Awaitable, Callable, Literal, TypeVar
 import anyio
 from fastapi import APIRouter, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
-from advisor import __version__, api_jobs
+from advisor import __version__
+from advisor.api import jobs as api_jobs
 from advisor.cancel import CancelToken, Cancelled, cancellable
 from advisor.catalog import builtin_catalog, catalog_refs_only, load_catalog
-from advisor.compare import LayoutComparison
+from advisor.optimizer.compare import LayoutComparison
 from advisor.errors import InputError
-from advisor.export import ExportSettings
-from advisor.optimize import Objective, OptimizeResult
-from advisor.options import Layout
-from advisor.report import MAX_RACKS, ReportRequest
-from advisor.settings_api import ApiSettings
-from advisor.store import ReportStore
-from advisor.workers import WorkerDied, WorkerProcesses
-from models.base import BoundedNumbers
-from models.assumptions import ModelAssumptions
+from advisor.optimizer.optimize import OptimizeResult
+from advisor.report.html import ReportRequest
+from advisor.requests import CompareRequest, EvaluateRequest, ExportRequest, OptimizeRequest
+from advisor.api.settings import ApiSettings
+from advisor.api.store import ReportStore
+from advisor.api.workers import WorkerDied, WorkerProcesses
 from models.catalog import Catalog, UnknownId
-from models.config import Configuration
 from models.hardware import Chassis, CpuSku, GpuSku, Rack
 from models.pipeline import Evaluation
 from models.workload import ServedModel, Workload
 
-log = logging.getLogger("advisor.api")
+log = logging.getLogger("advisor.api.app")
 T = TypeVar("T")
 API_KEY_HEADER = "X-API-Key"
 OPEN_PATHS = ("/healthz",)
@@ -53,84 +50,6 @@ CATALOG_KINDS: dict[str, type[BaseModel]] = {
 
 
 # ------------------------------------------------------------------------------------------------ request / response
-
-class _Request(BoundedNumbers):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, strict=True, allow_inf_nan=False)
-
-
-class EvaluateRequest(_Request):
-    """Evaluate one configuration: the pipeline model's throughput, bottleneck, latencies, power and space."""
-
-    configuration: Configuration
-    """Servers, queues and operating point (the same as a configuration YAML file)."""
-    workload: str | dict[str, Any] | None = None
-    """Workload preset id or inline object; omitted: the configuration's `workload`."""
-    rack: str | dict[str, Any] | None = None
-    """Rack profile id or inline object; omitted: the configuration's `rack`."""
-    assumptions: ModelAssumptions | None = None
-    """Model assumptions to override."""
-
-
-class _SolveRequest(_Request):
-    workload: str | dict[str, Any]
-    """Workload preset id or inline object (served_model may be a catalog id)."""
-    rack: str | dict[str, Any]
-    """Rack profile id or inline object."""
-    racks: int = Field(default=1, ge=1, le=MAX_RACKS)
-    """Racks in the row, each with the profile's budgets."""
-    solver: Literal["cbc", "ortools"] = "cbc"
-    time_limit_s: float | None = Field(default=None, gt=0)
-    """Solver time limit in seconds (capped by the server's time_limit_cap_s; omitted: the cap)."""
-    gpu_ids: list[str] | None = None
-    """Only these GPU SKUs."""
-    cpu_ids: list[str] | None = None
-    """Only these CPU SKUs."""
-    assumptions: ModelAssumptions | None = None
-    """Model assumptions to override."""
-
-
-class OptimizeRequest(_SolveRequest):
-    """Optimize one layout."""
-
-    layout: Layout = "hybrid"
-    objective: Objective = "max_throughput"
-    required_tasks_per_hour: float | None = Field(default=None, gt=0)
-    """For min_cost / min_power."""
-    capital_budget_usd: float | None = Field(default=None, gt=0)
-    explain: bool = True
-    """Shadow prices and what-it-takes re-solves (slower)."""
-
-
-class CompareRequest(_SolveRequest):
-    """Optimize layouts A, B and hybrid under the same budgets."""
-
-    explain: bool = False
-    """Shadow prices and what-it-takes re-solves for every layout (slower)."""
-
-
-class ExportRequest(_Request):
-    """An operations artifact (Kubernetes manifests, Slurm bundle, Prometheus rules) for a configuration, or for the
-    optimizer's answer to the same inputs as /v1/optimize when no configuration is given."""
-
-    format: Literal["k8s", "slurm", "prometheus"]
-    configuration: Configuration | None = None
-    """Export this configuration (evaluated first); omitted: optimize `layout` and export its answer."""
-    workload: str | dict[str, Any] | None = None
-    """Workload preset id or inline object; with a configuration, omitted: the configuration's `workload`."""
-    rack: str | dict[str, Any] | None = None
-    """Rack profile id or inline object; with a configuration, omitted: the configuration's `rack`."""
-    layout: Layout = "hybrid"
-    """Layout to optimize when no configuration is given."""
-    racks: int = Field(default=1, ge=1, le=MAX_RACKS)
-    solver: Literal["cbc", "ortools"] = "cbc"
-    time_limit_s: float | None = Field(default=None, gt=0)
-    """Solver time limit (capped by the server's time_limit_cap_s)."""
-    alert_headroom: float = Field(default=0.5, gt=0, lt=1)
-    """Alert thresholds sit this far from the model's value towards the metric's limit (as in reports)."""
-    assumptions: ModelAssumptions | None = None
-    settings: ExportSettings | None = None
-    """Export choices (name prefix, label domain, reserved cores, GPU device table, Prometheus windows)."""
-
 
 class ReportCreated(BaseModel):
     id: str
@@ -192,12 +111,12 @@ class ClientGone(Exception):
 
 
 class SolvePool:
-    """At most `workers` solves at once, each in a worker process (`processes`, advisor/workers.py) or, without
+    """At most `workers` solves at once, each in a worker process (`processes`, advisor/api/workers.py) or, without
     one, a worker thread. Waiting for a slot is bounded in time; a request whose client disconnects while it waits
     gives up its place without starting its solve, and one whose client disconnects while its solve runs cancels it
     (`advisor.cancel`; in a process, through the worker's pipe). Every solve runs under `catalog_refs_only`:
     strings in a request are catalog ids, never files to read. A job is `fn(catalog, *args)` with `fn` a
-    module-level function (advisor/api_jobs.py), so that it can cross to a process."""
+    module-level function (advisor/api/jobs.py), so that it can cross to a process."""
 
     def __init__(self, workers: int, queue_wait_s: float, catalog: Callable[[], Catalog],
                  processes: WorkerProcesses | None = None):

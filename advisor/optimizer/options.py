@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
+from advisor.layouts import Layout  # noqa: F401 - re-exported for the optimizer modules
 from models.catalog import Catalog
 from models.hardware import Rack
 from models.performance import GpuServing, gpu_serving, serving_key, tp_cap
@@ -12,7 +12,6 @@ from models.server import ServerProfile, server_profile
 from models.tco import CostAssumptions, cpu_joules_per_reference_core_s, gpu_joules_per_task, idle_draw_w
 from models.workload import Workload
 
-Layout = Literal["a", "b", "hybrid"]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """What-if studies on top of the batch runner: sweeps, layout crossovers, Pareto fronts, Monte Carlo robustness.
 
-Every solve goes through advisor.batch.Runner, so studies run in parallel (local processes or Dask), and with an
+Every solve goes through advisor.studies.batch.Runner, so studies run in parallel (local processes or Dask), and with an
 output folder they are cached in its results.sqlite: a repeated or extended study solves only new points.
 
 - sweep: one or two parameters over ranges (``rack.power_kw=20:140:10``, or a list ``racks=1,2,4``); per point and
@@ -30,10 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from advisor.batch import Runner, read_rows
-from advisor.batch_report import LAYOUT_COLORS, LAYOUT_ORDER, best_layout, new_figure, svg_of
+from advisor.studies.batch import Runner, read_rows
+from advisor.layouts import LAYOUT_COLORS, LAYOUTS
+from advisor.studies.batch_report import best_layout, new_figure, svg_of
 from advisor.errors import InputError
-from advisor.scenarios import Scenario, vary
+from advisor.studies.scenarios import Scenario, vary
 
 PRICED_ONLY_BUDGET_USD = 1e15
 """Capital budget that binds nothing but makes the optimizer use priced servers only (for the cost front)."""
@@ -117,7 +118,7 @@ def _metrics(row: dict | None) -> dict:
 
 def check_point(base: Scenario, values: dict) -> None:
     """Fail now on a path that does not exist (rather than record every point as an error)."""
-    from advisor.scenarios import OverridePathError, resolve
+    from advisor.studies.scenarios import OverridePathError, resolve
 
     try:
         resolve(vary(base, values))
@@ -430,7 +431,7 @@ class ParetoResult:
         fig = new_figure(6.5, 4.0)
         ax = fig.subplots()
         scale = 1.0 if self.against == "cost" else 1000.0
-        for lay in LAYOUT_ORDER:
+        for lay in LAYOUTS:
             c = [(p.cost / scale, p.throughput) for p in self.candidates if p.layout == lay]
             if c:
                 ax.scatter(*zip(*c), s=14, color=LAYOUT_COLORS.get(lay), alpha=0.35)
@@ -582,7 +583,7 @@ def robustness(scenarios: list[Scenario], runner: Runner) -> list[RobustnessResu
     out = []
     for g in dict.fromkeys(groups.values()):
         draws = per_group.get(g, [])
-        lays = [lay for lay in LAYOUT_ORDER if draws and lay in draws[0][1]]
+        lays = [lay for lay in LAYOUTS if draws and lay in draws[0][1]]
         stats = []
         for lay in lays:
             regrets = []

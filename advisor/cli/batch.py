@@ -1,4 +1,4 @@
-"""Commands `advisor batch`, `sweep`, `crossover`, `pareto` and `robustness` (registered by advisor.cli)."""
+"""Commands `advisor batch`, `sweep`, `crossover`, `pareto` and `robustness` (registered by advisor.cli.main)."""
 
 from __future__ import annotations
 
@@ -52,8 +52,8 @@ QUIET = typer.Option(False, "--quiet", "-q", help="No progress bar.")
 
 
 def _base(workload, rack, racks, catalog, gpus, cpus, layouts, solver, time_limit, ref_gpu, sets):
-    from advisor.scenarios import base_scenario
-    from advisor.whatif import parse_set
+    from advisor.studies.scenarios import base_scenario
+    from advisor.studies.whatif import parse_set
 
     return base_scenario(workload, rack, racks=racks, catalog=str(catalog) if catalog else None, gpus=gpus,
                          cpus=cpus, layouts=layouts, solver=solver, time_limit_s=time_limit, reference_gpu=ref_gpu,
@@ -61,7 +61,7 @@ def _base(workload, rack, racks, catalog, gpus, cpus, layouts, solver, time_limi
 
 
 def _check_base(base) -> None:
-    from advisor.scenarios import resolve
+    from advisor.studies.scenarios import resolve
 
     resolve(base)  # fail now, with the message, rather than as error rows
 
@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
         quiet: bool = QUIET,
     ) -> None:
         """Solve every scenario x layout of a scenario file; reruns skip what is done."""
-        from advisor.batch import run_batch
+        from advisor.studies.batch import run_batch
         from advisor.errors import InputError
 
         try:
@@ -104,9 +104,9 @@ def register(app: typer.Typer) -> None:
         workers: Optional[int] = WORKERS, scheduler: Optional[str] = SCHEDULER, quiet: bool = QUIET,
     ) -> None:
         """Throughput, power per task and capital per task/h of each layout over one or two parameters."""
-        from advisor.batch import Runner
+        from advisor.studies.batch import Runner
         from advisor.errors import InputError
-        from advisor.whatif import parse_vary, sweep
+        from advisor.studies.whatif import parse_vary, sweep
 
         try:
             base = _base(workload, rack, racks, catalog, gpus, cpus, layouts, solver, time_limit, reference_gpu,
@@ -135,9 +135,9 @@ def register(app: typer.Typer) -> None:
         workers: Optional[int] = WORKERS, scheduler: Optional[str] = SCHEDULER, quiet: bool = QUIET,
     ) -> None:
         """The value of one parameter where the best layout changes (bisection)."""
-        from advisor.batch import Runner
+        from advisor.studies.batch import Runner
         from advisor.errors import InputError
-        from advisor.whatif import crossover, parse_vary
+        from advisor.studies.whatif import crossover, parse_vary
 
         try:
             base = _base(workload, rack, racks, catalog, gpus, cpus, layouts, solver, time_limit, reference_gpu,
@@ -169,9 +169,9 @@ def register(app: typer.Typer) -> None:
         workers: Optional[int] = WORKERS, scheduler: Optional[str] = SCHEDULER, quiet: bool = QUIET,
     ) -> None:
         """Throughput against capital cost or power: the least cost for each throughput target (Pareto front)."""
-        from advisor.batch import Runner
+        from advisor.studies.batch import Runner
         from advisor.errors import InputError
-        from advisor.whatif import pareto
+        from advisor.studies.whatif import pareto
 
         try:
             base = _base(workload, rack, racks, catalog, gpus, cpus, layouts, solver, time_limit, None, sets)
@@ -198,11 +198,11 @@ def register(app: typer.Typer) -> None:
         """Monte Carlo: how often each layout wins over sampled inputs, and the regret of choosing each."""
         import csv
 
-        from advisor.batch import Runner
-        from advisor.batch_report import svg_of
+        from advisor.studies.batch import Runner
+        from advisor.studies.batch_report import svg_of
         from advisor.errors import InputError
-        from advisor.scenarios import load_scenarios
-        from advisor.whatif import robustness, robustness_figure
+        from advisor.studies.scenarios import load_scenarios
+        from advisor.studies.whatif import robustness, robustness_figure
 
         try:
             scen = load_scenarios(scenarios)

@@ -9,6 +9,8 @@ from typing import Optional
 
 import typer
 
+from advisor.cli.common import err, fail, out
+
 
 class _Layout(str, Enum):
     a = "a"
@@ -22,8 +24,6 @@ class _Solver(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    from advisor.cli import err, fail, out
-
     @app.command("serve")
     def serve(
         host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default ADVISOR_HOST or 127.0.0.1)."),
@@ -33,14 +33,14 @@ def register(app: typer.Typer) -> None:
         """Run the HTTP API (OpenAPI docs at /docs). Settings come from ADVISOR_* environment variables."""
         import uvicorn
 
-        from advisor.settings_api import ApiSettings
+        from advisor.api.settings import ApiSettings
 
         s = ApiSettings()
         h, p = host or s.host, port if port is not None else s.port
         err.print(f"rack-advisor API on http://{h}:{p} (docs /docs), reports in {s.database}, "
                   f"{s.workers} solve {'processes' if s.solve_in == 'process' else 'threads'}"
                   + (", API key required" if s.api_key else ""), highlight=False, soft_wrap=True)
-        uvicorn.run("advisor.api:app", host=h, port=p, log_level=log_level, workers=1,
+        uvicorn.run("advisor.api.app:app", host=h, port=p, log_level=log_level, workers=1,
                     limit_concurrency=None, timeout_graceful_shutdown=5)
 
     @app.command("report")
@@ -62,7 +62,7 @@ def register(app: typer.Typer) -> None:
 
         from advisor.catalog import builtin_catalog, load_catalog
         from advisor.errors import InputError, describe_validation
-        from advisor.report import ReportRequest, render_report
+        from advisor.report.html import ReportRequest, render_report
 
         if layout and compare:
             fail("give --layout or --compare, not both")

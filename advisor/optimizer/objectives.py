@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from advisor.formulation import HOUR_S, Built, Problem, _queue_coeffs
+from advisor.optimizer.formulation import HOUR_S, Built, Problem, _queue_coeffs
 from advisor.solver import LinearModel, Solution, solve
 from models.tco import (
     HOURS_PER_MONTH,

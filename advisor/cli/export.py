@@ -8,6 +8,8 @@ from typing import Optional
 
 import typer
 
+from advisor.cli.common import err, fail
+
 
 class _Format(str, Enum):
     k8s = "k8s"
@@ -22,8 +24,6 @@ class _Layout(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    from advisor.cli import err, fail
-
     @app.command("export")
     def export_cmd(
         config: Optional[Path] = typer.Argument(None, help="Configuration YAML (as `advisor optimize --save-config` "
@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
         from advisor.catalog import builtin_catalog, load_catalog, load_configuration, load_rack, load_workload
         from advisor.errors import InputError, describe_validation
         from advisor.export import ExportSettings, export
-        from advisor.optimize import optimize
+        from advisor.optimizer.optimize import optimize
         from advisor.service import resolve_inputs
 
         try:

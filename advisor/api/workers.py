@@ -28,7 +28,7 @@ from typing import Any, Callable
 from advisor.cancel import CancelToken, cancellable
 from advisor.catalog import builtin_catalog, catalog_refs_only, load_catalog
 
-log = logging.getLogger("advisor.api")
+log = logging.getLogger("advisor.api.app")
 
 STOP_WAIT_S = 10.0
 """How long a stopping worker may take to exit before it is terminated."""
@@ -56,7 +56,7 @@ def _transportable(e: BaseException) -> BaseException:
 def _worker_main(conn: Connection, catalog_dir: str | None, catalog_blob: bytes | None, nice: int) -> None:
     if nice and hasattr(os, "nice"):  # POSIX only
         os.nice(nice)
-    import advisor.api  # noqa: F401 - the jobs' request models; imported now, not inside the first job's time
+    import advisor.api.jobs  # noqa: F401 - the jobs and their request models; imported now, not in the first job's time
 
     if catalog_blob is not None:
         catalog = pickle.loads(catalog_blob)

@@ -21,14 +21,14 @@ class OptimizerSettings(Input):
     slo_iterations: int = Field(default=5, gt=0)
     """Solves allowed to settle per-queue utilization caps for a tool-wait target (and to add sandbox memory)."""
     row_pattern_iterations: int = Field(default=200, gt=0)
-    """Column-generation rounds for a row of identical racks (advisor/rowpatterns.py). Each adds one rack pattern;
+    """Column-generation rounds for a row of identical racks (advisor/optimizer/rows.py). Each adds one rack pattern;
     the built-in presets converge in 10-60 rounds, and the bound is valid at any round, so the cap only costs gap."""
     row_pattern_enumeration_limit: int = Field(default=20000, gt=0)
     """Most rack patterns enumerated to close a row's remaining gap exactly (patterns within the gap in reduced cost);
     beyond it the gap is reported as is. 20,000 columns keep the integer master to seconds with CBC."""
     slo_curve_exact_servers: int = Field(default=16, ge=1)
     """Tool-queue sizes (servers) up to which the tail-wait capacity curve has a breakpoint at every integer, so it is
-    exact (advisor/slo_curve.py). Small queues are where pooling bends the curve most; above this the segments grow
+    exact (advisor/optimizer/slo_curve.py). Small queues are where pooling bends the curve most; above this the segments grow
     while the secant stays within `slo_curve_tolerance`."""
     slo_curve_tolerance: float = Field(default=1e-3, gt=0, lt=0.1)
     """Largest relative understatement of a queue's tail-wait capacity between breakpoints above the exact range. The

@@ -19,12 +19,14 @@ from markupsafe import Markup
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from advisor.catalog import builtin_catalog, load_rack, load_workload
-from advisor.compare import LAYOUTS, ChipVsRack, LayoutComparison, chip_vs_rack, compare_layouts
+from advisor.layouts import LAYOUT_COLORS, LAYOUT_NAMES, LAYOUTS, Outcome, best_layout, tied_layouts
+from advisor.optimizer.compare import ChipVsRack, LayoutComparison, chip_vs_rack, compare_layouts
 from advisor.errors import InputError
 from advisor.operations import operating_thresholds
-from advisor.optimize import BUDGET_GROUPS, OptimizeResult, optimize
-from advisor.options import Layout
-from advisor.settings import OptimizerSettings
+from advisor.optimizer.groups import BUDGET_GROUPS
+from advisor.optimizer.optimize import OptimizeResult, optimize
+from advisor.optimizer.options import Layout
+from advisor.optimizer.settings import OptimizerSettings
 from models.assumptions import ModelAssumptions
 from models.base import BoundedNumbers
 from models.catalog import Catalog, UnknownId
@@ -38,8 +40,6 @@ from models.workload import CpuStage, Workload
 
 MAX_RACKS = 64
 """Largest row a request may ask for (solve time grows with it)."""
-LAYOUT_NAMES = {"a": "A (GPU-first)", "b": "B (balanced)", "hybrid": "Hybrid (tiered)"}
-LAYOUT_COLORS = {"a": "#c44e52", "b": "#dd8452", "hybrid": "#4c72b0"}
 ROLE_COLORS = {"gpu": "#7a5195", "cpu": "#2a9d8f", "reserved": "#8d99ae"}
 RESOURCE_COLORS = {"gpu": "#7a5195", "cpu": "#2a9d8f", "cpu_wait": "#e9c46a", "delay": "#b0b7c3"}
 SECTIONS = ("glance", "bom", "time", "layouts", "why", "operate", "sources")
@@ -165,26 +165,8 @@ def _usd_per_1000(r: OptimizeResult) -> float | None:
     return r.tco.cost_usd_per_1000_tasks if r.tco is not None else None
 
 
-def _best(results: list[OptimizeResult]) -> OptimizeResult:
-    """Same rule as compare_layouts: most tasks/h, then least power."""
-    return max(results, key=lambda r: (r.throughput_tasks_per_hour, -r.power_w))
-
-
-TIE_RTOL = 1e-4
-"""Throughputs closer than this (relative), or than the solvers' reported gaps, count as a tie."""
-
-
-def _tied(results: list[OptimizeResult]) -> list[str]:
-    """Layouts whose throughput ties the best one's (within TIE_RTOL or the solver gaps)."""
-    top = max(r.throughput_tasks_per_hour for r in results)
-    if top <= 0:
-        return []
-    out = []
-    for r in results:
-        tol = max(TIE_RTOL, r.gap or 0.0) * top
-        if top - r.throughput_tasks_per_hour <= tol:
-            out.append(r.layout)
-    return out
+def _outcomes(results: list[OptimizeResult]) -> list[Outcome]:
+    return [Outcome(r.layout, r.throughput_tasks_per_hour, r.power_w, r.gap) for r in results]
 
 
 def _truncate(s: str, n: int) -> str:
@@ -513,8 +495,9 @@ def sweep(kind: Literal["power", "tools"], factors: list[float], w: Workload, ra
     for f in factors:
         res = got[f]
         complete = len(res) == len(LAYOUTS)
-        best = _best(list(res.values())) if complete else None
-        tied = _tied(list(res.values())) if complete else []
+        best_id = best_layout(_outcomes(list(res.values()))) if complete else None
+        best = res.get(best_id) if best_id else None
+        tied = tied_layouts(_outcomes(list(res.values()))) if complete else []
         share = _tool_share(best.evaluation) if best else None
         if kind == "power":
             x, tick = rack.power_kw * f, f"{rack.power_kw * f:,.0f} kW\n({f:g}x)"

@@ -89,21 +89,20 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from advisor.catalog import builtin_catalog, load_catalog, load_rack, load_workload, read_yaml
 from advisor.errors import InputError, describe_validation
-from advisor.settings import OptimizerSettings
+from advisor.layouts import LAYOUTS, Layout
+from advisor.optimizer.settings import OptimizerSettings
 from models.base import BoundedNumbers
 from models.catalog import Catalog
 from models.hardware import Rack
 from models.performance import gpu_serving, stage_gpu_latency_s
 from models.workload import CpuStage, DelayStage, GpuStage, Workload
 
-LAYOUTS = ("a", "b", "hybrid")
 TOOL_SHARE = "workload.tool_share"
 TOOL_SHARE_MIN = 1e-4
 """Smallest tool share applied (and 1 - this the largest): core_seconds must stay positive."""
 RESERVED_KEYS = ("scenarios", "grid", "samples", "defaults")
 LIST_FIELDS = ("gpus", "cpus", "layouts")
 
-Layout = Literal["a", "b", "hybrid"]
 
 
 class OverridePathError(InputError):

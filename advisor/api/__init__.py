@@ -1,0 +1,1 @@
+"""The HTTP API front end: the FastAPI app, the jobs it runs, solve worker processes, the report store and its settings."""

@@ -1,0 +1,94 @@
+"""The MILP's constraint groups, registered once: name, people's title, unit, kind and the inequality it states.
+
+Every constraint the optimizer adds belongs to a group; `LinearModel.add` refuses a group that is not registered
+here (a per-queue or per-row group is `<name>:<suffix>`, e.g. `tool_cores:shared`). Explanations, shadow prices,
+infeasibility diagnoses and the report read titles and units from this registry, and the table in docs/model.md
+§9.4 is generated from it (`python -m advisor.optimizer.groups`; tests/test_groups.py checks it is current).
+
+Kinds: `budget` (a physical or money budget a planner can change: explanations price it and an infeasibility
+names it), `capacity` (what the hardware can deliver for the throughput), `structure` (how the variables fit
+together), `objective` (stages and objectives add it)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Literal
+
+Kind = Literal["budget", "capacity", "structure", "objective"]
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+    title: str
+    """What a person calls it (reports and CLI tables)."""
+    unit: str
+    """Unit of the constraint's right-hand side as written ("scaled" where it is a normalized balance)."""
+    kind: Kind
+    scope: str
+    """One constraint per what: rack, row, queue, option, model."""
+    statement: str
+    """The inequality, in the notation of docs/model.md §9."""
+
+
+GROUPS: dict[str, Group] = {g.name: g for g in (
+    Group("power", "rack power", "W", "budget", "rack", "sum_o P_o n[r,o] <= usable rack power"),
+    Group("cooling_air", "air cooling", "W", "budget", "rack", "sum_o H_air_o n[r,o] <= air cooling - reserved power"),
+    Group("cooling_liquid", "liquid cooling", "W", "budget", "rack", "sum_o H_liq_o n[r,o] <= liquid cooling"),
+    Group("space", "rack space", "U", "budget", "rack", "sum_o U_o n[r,o] <= usable U"),
+    Group("capital", "capital budget", "USD", "budget", "model", "sum_{r,o} price_o n[r,o] <= capital budget"),
+    Group("gpu_serving", "GPU serving capacity", "tasks/h", "capacity", "model",
+          "X <= sum_fixed serving_o N_o + sum_flexible s_o"),
+    Group("gpu_compute", "GPU compute", "tasks/h", "capacity", "option", "s_o <= gpu_rate_o N_o"),
+    Group("orchestration", "inference-engine host cores", "tasks/h", "capacity", "option",
+          "s_o <= orchestration_rate_o u_o"),
+    Group("core_split", "host core split", "cores", "structure", "option", "sum_q y[o,q] + u_o <= cores_o N_o"),
+    Group("tool_cores", "tool-queue cores", "reference cores", "capacity", "queue",
+          "W_q X / 3600 <= sum_o speed_o y[o,q]"),
+    Group("slo", "tool-wait target", "calls/s", "capacity", "queue",
+          "v_q X / 3600 <= piecewise-linear capacity curve in the queue's integer server count"),
+    Group("sku_choice", "one SKU per pool", "-", "structure", "model",
+          "sum_g w_g <= 1, x_g <= X_max w_g; per queue sum_s z[q,s] <= 1, x[q,s] <= X_max z[q,s]"),
+    Group("sandbox_memory", "sandbox memory", "GB", "capacity", "queue",
+          "(sum_g M_G x_g + sum_s M_S x[q,s] + M_D X) / 3600 <= sum_o mem_per_core_o y[o,q]"),
+    Group("required_throughput", "required throughput", "tasks/h", "objective", "model", "X >= required tasks/h"),
+    Group("gpu_first", "GPU-first rule (layout A)", "tasks/h", "objective", "model",
+          "sum_o gpu_rate_o N_o >= (1 - tie tolerance) x the largest GPU capacity the budgets allow"),
+    Group("tie_window", "tie-break stage window", "-", "objective", "model",
+          "the previous stage's objective stays within throughput_tie_tolerance of its optimum (§9.5)"),
+    Group("polish", "lexicographic polish", "-", "objective", "model",
+          "an earlier stage's objective >= its optimum - tolerance (canonical answers, §9.5)"),
+    Group("operating_rate", "operating rate", "tasks/h", "objective", "model",
+          "served load = load fraction x X (TCO objectives)"),
+    Group("energy_dispatch", "energy dispatch", "tasks/h", "objective", "model",
+          "work routed to GPUs and tool cores at the operating point covers the load (TCO objectives)"),
+    Group("row_patterns", "rack patterns of a row", "racks", "structure", "row",
+          "sum_p racks_p <= R; servers of each option = sum_p count[p,o] racks_p (column generation, §9.5)"),
+)}
+
+
+def group_of(name: str) -> Group:
+    """The registered group of a constraint group name (`tool_cores:shared` -> tool_cores)."""
+    base = name.split(":", 1)[0]
+    try:
+        return GROUPS[base]
+    except KeyError:
+        raise KeyError(f"constraint group {name!r} is not registered in advisor.optimizer.groups.GROUPS") from None
+
+
+BUDGET_GROUPS: tuple[str, ...] = tuple(g.name for g in GROUPS.values() if g.kind == "budget")
+BUDGET_UNITS: dict[str, str] = {g: GROUPS[g].unit for g in BUDGET_GROUPS}
+RACK_GROUPS: tuple[str, ...] = tuple(g.name for g in GROUPS.values() if g.kind == "budget" and g.scope == "rack")
+
+
+def markdown_table() -> str:
+    """The table of groups for docs/model.md §9.4."""
+    rows = ["| group | what | unit | kind | one per | states |", "|---|---|---|---|---|---|"]
+    for g in GROUPS.values():
+        rows.append(f"| `{g.name}` | {g.title} | {g.unit} | {g.kind} | {g.scope} | `{g.statement}` |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown_table() + "\n")
