@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 
 import models.pipeline as pipeline  # noqa: E402
 from advisor.catalog import builtin_catalog, load_configuration  # noqa: E402
-from advisor.optimize import optimize  # noqa: E402
+from advisor.optimizer.optimize import optimize  # noqa: E402
 from advisor.service import resolve_inputs  # noqa: E402
 from models.performance import clear_serving_cache  # noqa: E402
 from models.queueing import clear_caches  # noqa: E402
