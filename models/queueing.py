@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -158,6 +159,23 @@ MVA_CACHE_SIZE = 64
 """Closed-network solutions kept (keyed by the stations' product-form factors, think time and population), so a
 configuration evaluated again (an API client, a report, a benchmark) does not redo the O(K N^2) convolutions."""
 _mva_cache: OrderedDict[Hashable, ClosedResult] = OrderedDict()
+_cache_lock = threading.Lock()
+"""Guards both caches (the API evaluates in threads)."""
+
+
+def _cache_get(cache: OrderedDict, key: Hashable):
+    with _cache_lock:
+        hit = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+        return hit
+
+
+def _cache_put(cache: OrderedDict, key: Hashable, value) -> None:
+    with _cache_lock:
+        cache[key] = value
+        while len(cache) > MVA_CACHE_SIZE:
+            cache.popitem(last=False)
 
 
 def _linear(log_f: np.ndarray) -> tuple[np.ndarray, int, float]:
@@ -229,9 +247,8 @@ def exact_mva(stations: Sequence[Station], think_s: float, population: int, queu
     quick_key = None
     if all(s.rate_key is not None for s in stations):
         quick_key = ("keys", tuple((s.demand_s, s.rate_key) for s in stations), think_s, n_max, queue_lengths)
-        hit = _mva_cache.get(quick_key)
+        hit = _cache_get(_mva_cache, quick_key)
         if hit is not None:
-            _mva_cache.move_to_end(quick_key)
             return hit
     base = [_log_station(s, n_max) for s in stations]
     base_delay = _log_delay(think_s, n_max)
@@ -239,9 +256,8 @@ def exact_mva(stations: Sequence[Station], think_s: float, population: int, queu
     # Tilt by X^n: first with the asymptotic bound, then with the throughput that gives (Buzen's scaling idea).
     rates_at_n = [float(np.asarray(s.rate(np.array([float(n_max)])))[0]) / s.demand_s for s in stations if s.demand_s > 0]
     key = quick_key or _mva_key(stations, base, rates_at_n, think_s, n_max, queue_lengths)
-    hit = _mva_cache.get(key)
+    hit = _cache_get(_mva_cache, key)
     if hit is not None:
-        _mva_cache.move_to_end(key)
         return hit
     x_tilt = min(rates_at_n + [n_max / think_s if think_s > 0 else math.inf])
     if not math.isfinite(x_tilt) or x_tilt <= 0:
@@ -283,9 +299,7 @@ def exact_mva(stations: Sequence[Station], think_s: float, population: int, queu
                 ql[i] = _queue_length_by_derivative(base, base_delay, i, x_tilt, n_max)
     x = float(xs_n)
     res = ClosedResult(n_max, x, ql, ql / x, think_s)
-    _mva_cache[key] = res
-    if len(_mva_cache) > MVA_CACHE_SIZE:
-        _mva_cache.popitem(last=False)
+    _cache_put(_mva_cache, key, res)
     return res
 
 
@@ -324,12 +338,10 @@ def birth_death_mean_number(arrival_rate: float, rate: Callable[[np.ndarray], np
         return 0.0
     if rate_key is not None:
         key = (arrival_rate, cap, rate_key)
-        hit = _birth_death_cache.get(key)
+        hit = _cache_get(_birth_death_cache, key)
         if hit is None:
             hit = birth_death_mean_number(arrival_rate, rate, cap)
-            _birth_death_cache[key] = hit
-            if len(_birth_death_cache) > MVA_CACHE_SIZE:
-                _birth_death_cache.popitem(last=False)
+            _cache_put(_birth_death_cache, key, hit)
         return hit
     n = np.arange(1, cap + 1, dtype=float)
     mu = np.asarray(rate(n), dtype=float)
@@ -350,5 +362,6 @@ def birth_death_mean_number(arrival_rate: float, rate: Callable[[np.ndarray], np
 
 def clear_caches() -> None:
     """Forget cached closed-network and birth-death solutions (benchmarks time the cold path with this)."""
-    _mva_cache.clear()
-    _birth_death_cache.clear()
+    with _cache_lock:
+        _mva_cache.clear()
+        _birth_death_cache.clear()
