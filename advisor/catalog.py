@@ -15,10 +15,12 @@ from pydantic import ValidationError
 from advisor.errors import InputError, describe_validation
 from models.catalog import Catalog, UnknownId
 from models.config import Configuration
-from models.hardware import Chassis, CpuSku, GpuSku, Rack
+from models.hardware import Chassis, CpuSku, GpuSku, Rack, RackSystem
 from models.workload import ServedModel, Workload
 
 TABLES = {"cpus": CpuSku, "gpus": GpuSku, "chassis": Chassis, "racks": Rack, "served_models": ServedModel}
+OPTIONAL_TABLES = {"systems": RackSystem}
+"""Tables a catalog folder may leave out (a folder without systems.yaml has no rack-scale systems)."""
 MAX_FILE_BYTES = 2_000_000
 """Largest catalog or input file read (a guard against runaway inputs; real catalogs are tens of KB)."""
 
@@ -147,6 +149,8 @@ def workload_from_data(data: Any, where: str, served_models) -> Workload:
 def load_catalog(folder: Path | None = None) -> Catalog:
     folder = folder or builtin_dir()
     tables = {name: _entries(folder / f"{name}.yaml", model) for name, model in TABLES.items()}
+    tables.update({name: _entries(folder / f"{name}.yaml", model) for name, model in OPTIONAL_TABLES.items()
+                   if (folder / f"{name}.yaml").exists()})
     try:
         partial = Catalog.build(**tables)
     except ValueError as e:
@@ -165,6 +169,10 @@ def check_references(cat: Catalog, folder: Path) -> None:
     for ch in cat.chassis:
         if ch.default_cpu is not None and ch.default_cpu not in cat.cpus:
             raise InputError(f"{folder}/chassis.yaml: entry {ch.id!r}: default_cpu: {UnknownId('cpu', ch.default_cpu, list(cat.cpus.entries))}")
+    for ch in cat.chassis:
+        if ch.part_of_system is not None and ch.part_of_system not in cat.systems:
+            raise InputError(f"{folder}/chassis.yaml: entry {ch.id!r}: part_of_system: "
+                             f"{UnknownId('system', ch.part_of_system, list(cat.systems.entries))}")
     for sm in cat.served_models:
         for i, c in enumerate(sm.calibrations):
             if c.gpu not in cat.gpus:

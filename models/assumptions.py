@@ -31,5 +31,10 @@ class ModelAssumptions(Input):
     the closed form in simulation; queues near exponential agree within a few percent)."""
     gpu_birth_death_states: int = Field(default=20000, gt=0)
     """States kept when solving the GPU batching station with open arrivals (a geometric tail covers the rest)."""
+    io_stream_mbps: float = Field(default=2000.0, gt=0)
+    """Bandwidth one tool call's disk I/O reaches, in MB/s: it sets an I/O stage's unloaded time (MB / this) and how
+    many calls' I/O a queue's drives serve at once (their bandwidth / this). Assumption: about half of one
+    PCIe 4 enterprise NVMe drive's mixed sequential bandwidth (~4,770 MB/s for a PM1733-class drive, see
+    catalogs/chassis.yaml), for a single process writing through a container's overlay file system."""
     costs: CostAssumptions = CostAssumptions()
     """Prices, PUE, amortization and idle-power fractions for total cost of ownership (`models.tco`)."""

@@ -5,7 +5,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from models.hardware import Chassis, CpuSku, GpuSku, Rack
+from models.hardware import Chassis, CpuSku, GpuSku, Rack, RackSystem
 from models.workload import ServedModel, Workload
 
 T = TypeVar("T")
@@ -70,17 +70,28 @@ class Catalog(BaseModel):
     cpus: Table[CpuSku]
     gpus: Table[GpuSku]
     chassis: Table[Chassis]
+    """Chassis, and every rack-scale system as one whole-unit chassis (`RackSystem.as_chassis`) under its own id."""
     racks: Table[Rack]
     served_models: Table[ServedModel]
     workloads: Table[Workload]
+    systems: Table[RackSystem]
 
     @classmethod
-    def build(cls, cpus=(), gpus=(), chassis=(), racks=(), served_models=(), workloads=()) -> "Catalog":
+    def build(cls, cpus=(), gpus=(), chassis=(), racks=(), served_models=(), workloads=(), systems=()) -> "Catalog":
+        chassis, systems = list(chassis), list(systems)
+        trays = {c.id: c for c in chassis}
+        for s in systems:
+            if s.compute_tray not in trays:
+                raise ValueError(f"system {s.id!r}: compute_tray: {UnknownId('chassis', s.compute_tray, list(trays))}")
+            if s.id in trays:
+                raise ValueError(f"system {s.id!r}: id is also a chassis id")
+        chassis += [s.as_chassis(trays[s.compute_tray]) for s in systems]
         return cls(
             cpus=Table("cpu", list(cpus)),
             gpus=Table("gpu", list(gpus)),
-            chassis=Table("chassis", list(chassis)),
+            chassis=Table("chassis", chassis),
             racks=Table("rack", list(racks)),
             served_models=Table("served model", list(served_models)),
             workloads=Table("workload", list(workloads)),
+            systems=Table("system", systems),
         )

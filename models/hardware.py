@@ -115,6 +115,23 @@ class Chassis(Sourced):
     """Fraction of the server's heat removed by liquid; the rest goes to air."""
     price_usd: float | None = Field(default=None, gt=0)
     """Chassis price without CPUs and GPUs, when known."""
+    local_nvme_gb: float = Field(default=0.0, ge=0)
+    """Local NVMe capacity per server in GB that sandboxes may use (image layers, repositories, caches); 0: no
+    local disk for sandboxes (its cores then hold no sandbox that needs disk)."""
+    local_nvme_mbps: float = Field(default=0.0, ge=0)
+    """Sustained bandwidth of the server's local NVMe drives for sandbox I/O in MB/s (reads and writes together;
+    docs/model.md, storage); 0: none."""
+    local_nvme_source: str | None = None
+    """Where the local NVMe figures come from (drive count, model and datasheet), or `assumption: ...`."""
+    part_of_system: str | None = None
+    """Rack-scale system id (catalogs/systems.yaml) this chassis is a compute tray of; such a tray is placed only as
+    part of its whole system, never on its own."""
+    compute_trays: int = Field(default=1, gt=0)
+    """Servers (compute trays) the unit is made of, each a host of its own: 1 for a server, e.g. 18 for a GB200
+    NVL72 system (the CPU socket count a CPU SKU must support is per tray)."""
+    rack_scale_system: bool = False
+    """True for a rack-scale system seen as one unit (made by `RackSystem.as_chassis`: all its compute trays,
+    switch trays and power shelves); a rack holds a whole one or none."""
 
     @model_validator(mode="after")
     def _sane(self) -> "Chassis":
@@ -129,7 +146,7 @@ class Chassis(Sourced):
         return self
 
     def accepts_cpu(self, cpu: CpuSku) -> bool:
-        return cpu.platform in self.cpu_platforms and cpu.max_sockets >= self.cpu_sockets
+        return cpu.platform in self.cpu_platforms and cpu.max_sockets * self.compute_trays >= self.cpu_sockets
 
     def accepts_gpu(self, gpu: GpuSku) -> bool:
         if self.role != "gpu" or gpu.form_factor not in self.gpu_form_factors:
@@ -174,3 +191,93 @@ class Rack(Sourced):
     @property
     def usable_u(self) -> int:
         return self.height_u - self.reserved_u
+
+    def shortfalls(self, power_w: float, air_heat_w: float, liquid_heat_w: float, space_u: int) -> list[str]:
+        """What an empty rack of this profile lacks for one unit with these figures, naming the rack's fields and
+        the numbers (empty: it fits)."""
+        out = []
+        if power_w > self.usable_power_w:
+            out.append(f"power_kw {self.power_kw:g} less reserved_power_w {self.reserved_power_w:,.0f} leaves "
+                       f"{self.usable_power_w:,.0f} W, below the {power_w:,.0f} W it needs")
+        if air_heat_w > self.air_cooling_kw * 1000 - self.reserved_power_w:
+            out.append(f"air_cooling_kw {self.air_cooling_kw:g} less reserved_power_w {self.reserved_power_w:,.0f} "
+                       f"leaves {self.air_cooling_kw * 1000 - self.reserved_power_w:,.0f} W of air cooling, below its "
+                       f"{air_heat_w:,.0f} W of air-side heat")
+        if liquid_heat_w > self.liquid_cooling_kw * 1000:
+            out.append(f"liquid_cooling_kw {self.liquid_cooling_kw:g} is below its {liquid_heat_w / 1000:,.1f} kW of "
+                       "liquid-side heat")
+        if space_u > self.usable_u:
+            out.append(f"height_u {self.height_u} less reserved_u {self.reserved_u} leaves {self.usable_u} U, below "
+                       f"the {space_u} U it takes")
+        return out
+
+
+class RackSystem(Sourced):
+    """A rack-scale system (e.g. GB200 NVL72): compute trays, NVLink switch trays, power shelves and management
+    switches sold and placed as one unit. Its GPUs form one scale-up domain; a rack holds a whole one or none."""
+
+    name: str
+    """Human name."""
+    compute_tray: str
+    """Chassis id of its compute tray (that chassis names this system in `part_of_system`)."""
+    compute_trays: int = Field(gt=0)
+    """Compute trays in one system."""
+    switch_trays: int = Field(ge=0)
+    """Scale-up (NVLink) switch trays."""
+    switch_tray_u: int = Field(ge=0)
+    """Rack units of one switch tray."""
+    power_shelves: int = Field(ge=0)
+    """Power shelves (rack-level PSUs feeding the busbar)."""
+    power_shelf_u: int = Field(ge=0)
+    """Rack units of one power shelf."""
+    management_switches: int = Field(default=0, ge=0)
+    """Management/out-of-band switches that ship inside the system."""
+    management_switch_u: int = Field(default=0, ge=0)
+    """Rack units of one management switch."""
+    height_u: int = Field(gt=0)
+    """Rack units the whole system takes; must equal trays, switch trays, shelves and switches added up."""
+    shared_power_w: float = Field(ge=0)
+    """Power of the parts outside the compute trays (switch trays, management switches, power-shelf losses) not
+    already carried by the tray's `base_power_w`, in watts."""
+    weight_kg: float = Field(gt=0)
+    """Weight of the whole system as installed, in kg."""
+    scale_up_domain_gpus: int = Field(gt=0)
+    """GPUs one model replica can span over the system's switch trays (all of its GPUs for NVL72)."""
+    shared_price_usd: float = Field(default=0.0, ge=0)
+    """Price of the parts outside the compute trays not already carried by the tray's `price_usd`."""
+
+    @model_validator(mode="after")
+    def _sane(self) -> "RackSystem":
+        parts = (self.compute_trays + self.switch_trays * self.switch_tray_u + self.power_shelves * self.power_shelf_u
+                 + self.management_switches * self.management_switch_u)
+        if parts > self.height_u:
+            raise ValueError(f"height_u ({self.height_u}) is below the U of its parts ({parts}: trays, switch trays, "
+                             "power shelves and management switches)")
+        return self
+
+    def as_chassis(self, tray: Chassis) -> Chassis:
+        """The whole system as one chassis: `compute_trays` trays' sockets, GPUs, memory, disk and base power, plus
+        the shared parts' power and U. Every figure the model reads scales linearly with the trays, so the
+        evaluator and the optimizer see the system exactly as its trays added up."""
+        if tray.id != self.compute_tray or tray.part_of_system != self.id:
+            raise ValueError(f"system {self.id}: compute_tray {self.compute_tray!r} must be a chassis whose "
+                             f"part_of_system is {self.id!r}")
+        if tray.height_u != 1 and tray.height_u * self.compute_trays > self.height_u:
+            raise ValueError(f"system {self.id}: {self.compute_trays} trays of {tray.height_u} U exceed height_u "
+                             f"{self.height_u}")
+        k = self.compute_trays
+        return Chassis(
+            id=self.id, name=self.name, role="gpu", height_u=self.height_u, cpu_sockets=k * tray.cpu_sockets,
+            cpu_platforms=list(tray.cpu_platforms), default_cpu=tray.default_cpu,
+            gpu_counts=[k * c for c in tray.gpu_counts], gpu_form_factors=list(tray.gpu_form_factors),
+            scale_up_domain_gpus=self.scale_up_domain_gpus, max_gpu_tdp_w=tray.max_gpu_tdp_w,
+            base_power_w=k * tray.base_power_w + self.shared_power_w, memory_gb=k * tray.memory_gb,
+            cooling=tray.cooling, liquid_capture_fraction=tray.liquid_capture_fraction,
+            price_usd=(k * tray.price_usd + self.shared_price_usd) if tray.price_usd is not None else None,
+            local_nvme_gb=k * tray.local_nvme_gb, local_nvme_mbps=k * tray.local_nvme_mbps,
+            local_nvme_source=f"{k} x {tray.id}: {tray.local_nvme_source}" if tray.local_nvme_source else None,
+            compute_trays=k * tray.compute_trays, rack_scale_system=True, source=self.source,
+            notes=f"{k} x {tray.id} + {self.switch_trays} switch trays + {self.power_shelves} power shelves + "
+                  f"{self.management_switches} management switches, {self.height_u} U, {self.weight_kg:,.0f} kg "
+                  f"(catalogs/systems.yaml {self.id})",
+        )

@@ -37,7 +37,7 @@ from models.queueing import (
 )
 from models.server import ServerProfile, server_profile
 from models.tco import ServerUse, Tco, tco
-from models.workload import CpuStage, GpuStage, Workload
+from models.workload import CpuStage, GpuStage, IoStage, Workload
 
 HOUR_S = 3600.0
 LABEL_TOLERANCE = 1e-6
@@ -49,9 +49,9 @@ class Bound(Frozen):
     """One resource's limit on throughput."""
 
     name: str
-    """`gpu`, `orchestration`, `cpu:<queue>`, `memory:<queue>` or `slo:<queue>`."""
+    """`gpu`, `orchestration`, `cpu:<queue>`, `memory:<queue>`, `disk:<queue>`, `io:<queue>` or `slo:<queue>`."""
     kind: str
-    """gpu, orchestration, cpu, memory or slo."""
+    """gpu, orchestration, cpu, memory, disk, io or slo."""
     tasks_per_hour: float
     """Largest throughput this resource alone allows."""
     detail: str
@@ -67,7 +67,7 @@ class StageTime(Frozen):
     service_s: float
     """Time per task in service (count x per-occurrence time, batching slowdown included for GPU stages)."""
     wait_s: float
-    """Time per task waiting for a core (tool stages only)."""
+    """Time per task waiting for a core (tool stages) or for an I/O stream (io stages)."""
     share: float
     """Fraction of the mix's mean task time."""
 
@@ -107,6 +107,19 @@ class QueueFigures(Frozen):
     wait_mean_s: float | None
     """Mean wait per tool call at the operating point (None if unstable)."""
     sandbox_memory_gb: float
+    sandbox_disk_gb: float = 0.0
+    """Local disk the queue's cores bring for sandboxes (their share of their servers' NVMe)."""
+    io_mbps: float = 0.0
+    """Local NVMe bandwidth the queue's cores bring (MB/s)."""
+    io_streams: int = 0
+    """Calls' I/O the queue's drives serve at once at one stream's bandwidth (io_mbps / io_stream_mbps, rounded
+    down)."""
+    io_mean_call_s: float = 0.0
+    """Mean unloaded time of one I/O stage occurrence."""
+    io_utilization: Unbounded = 0.0
+    """I/O bandwidth utilization at the operating point (null in JSON: I/O but no bandwidth)."""
+    io_wait_mean_s: float | None = 0.0
+    """Mean wait for an I/O stream per I/O stage occurrence at the operating point (None if unstable)."""
 
 
 class ClosedLoop(Frozen):
@@ -149,7 +162,7 @@ class Evaluation(Frozen):
     stage_shares: dict[str, float]
     """`class/stage` to its fraction of mean task time at the operating point (sums to 1)."""
     resource_shares: dict[str, float]
-    """gpu, cpu, cpu_wait, delay: fraction of mean task time."""
+    """gpu, cpu, cpu_wait, io, io_wait, delay: fraction of mean task time."""
     unloaded_task_seconds: float
     mean_task_seconds: float | None
     p50_task_seconds: float | None
@@ -182,6 +195,12 @@ class _Group:
     queue_cores: dict[str, float]
 
 
+def needs_queue(c) -> bool:
+    """A class needs a tool queue when it has tool or io stages or holds sandbox memory or disk."""
+    return c.sandbox_memory_gb > 0 or c.sandbox_disk_gb > 0 or any(isinstance(s, (CpuStage, IoStage))
+                                                                    for s in c.stages)
+
+
 def _queues(config: Configuration, workload: Workload) -> list[Queue]:
     if config.queues is None:
         return [Queue(name=SHARED_QUEUE, classes=[c.name for c in workload.classes])]
@@ -193,15 +212,17 @@ def _queues(config: Configuration, workload: Workload) -> list[Queue]:
                 raise ValueError(f"queues[{i}] names class {c!r}, which the workload does not have")
         listed.update(q.classes)
     for c in workload.classes:
-        needs = c.sandbox_memory_gb > 0 or any(isinstance(s, CpuStage) for s in c.stages)
-        if needs and c.name not in listed:
-            raise ValueError(f"class {c.name!r} has tool stages or sandboxes but no queue serves it")
+        if needs_queue(c) and c.name not in listed:
+            raise ValueError(f"class {c.name!r} has tool or io stages or sandboxes but no queue serves it")
     return list(config.queues)
 
 
 def resolve_groups(
-    config: Configuration, workload: Workload, catalog: Catalog, assumptions: ModelAssumptions
+    config: Configuration, workload: Workload, catalog: Catalog, assumptions: ModelAssumptions,
+    rack: Rack | None = None,
 ) -> tuple[list[_Group], dict[str, GpuServing]]:
+    """Server groups with their per-server profiles; with `rack`, a rack-scale system the rack profile cannot hold
+    even when empty is an error naming the rack's fields and the numbers."""
     queues = _queues(config, workload)
     servings: dict[str, GpuServing] = {}
     groups: list[_Group] = []
@@ -211,6 +232,10 @@ def resolve_groups(
             chassis = catalog.chassis[g.chassis]
         except UnknownId as e:
             raise ValueError(f"{where}.chassis: {e}") from None
+        if chassis.part_of_system is not None:
+            raise ValueError(f"{where}.chassis: {chassis.id} is a compute tray of the rack-scale system "
+                             f"{chassis.part_of_system} and is placed only as part of it; give chassis "
+                             f"{chassis.part_of_system} (the whole system) instead")
         try:
             cpu = catalog.cpus[g.cpu]
         except UnknownId as e:
@@ -242,6 +267,11 @@ def resolve_groups(
             )
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
+        if chassis.rack_scale_system and rack is not None:
+            short = rack.shortfalls(prof.power_w, prof.air_heat_w, prof.liquid_heat_w, prof.space_u)
+            if short:
+                raise ValueError(f"{where}.chassis: rack-scale system {chassis.id} is placed whole, and rack "
+                                 f"profile {rack.id} cannot hold one: " + "; ".join(short))
         if g.queue_cores is None:
             qc = {queues[0].name: prof.tool_cores}
         else:
@@ -266,7 +296,7 @@ def evaluate(
     a = assumptions or ModelAssumptions()
     warnings: list[str] = []
     queues = _queues(config, workload)
-    groups, servings = resolve_groups(config, workload, catalog, a)
+    groups, servings = resolve_groups(config, workload, catalog, a, rack)
     class_queue = {c: q.name for q in queues for c in q.classes}
 
     # --- GPU pool: capacity per SKU, orchestration limits per group, routing proportional to capacity.
@@ -296,11 +326,15 @@ def evaluate(
     qcores: dict[str, float] = defaultdict(float)
     qcap: dict[str, float] = defaultdict(float)
     qmem: dict[str, float] = defaultdict(float)
+    qdisk: dict[str, float] = defaultdict(float)
+    qio: dict[str, float] = defaultdict(float)
     for g in groups:
         for qn, c in g.queue_cores.items():
             qcores[qn] += g.count * c
             qcap[qn] += g.count * c * g.profile.per_core_perf
             qmem[qn] += g.count * c * g.profile.memory_per_core_gb
+            qdisk[qn] += g.count * c * g.profile.disk_per_core_gb
+            qio[qn] += g.count * c * g.profile.io_mbps_per_core
     qperf = {q.name: (qcap[q.name] / qcores[q.name] if qcores[q.name] > 0 else 1.0) for q in queues}
 
     # Per class: unloaded time and demands.
@@ -311,6 +345,12 @@ def evaluate(
     cpu_hold: dict[str, float] = defaultdict(float)  # core-seconds of wall time held (share-weighted)
     cpu_call_m2: dict[str, float] = defaultdict(float)  # second moment of call time (share-weighted sum)
     mem_demand: dict[str, float] = defaultdict(float)  # GB-seconds per task (share-weighted)
+    disk_demand: dict[str, float] = defaultdict(float)  # disk GB-seconds per task (share-weighted)
+    io_mb: dict[str, float] = defaultdict(float)  # MB of sandbox I/O per task, by queue (share-weighted)
+    io_calls: dict[str, float] = defaultdict(float)  # I/O stage occurrences per task, by queue
+    io_time: dict[str, float] = defaultdict(float)  # unloaded I/O seconds per task, by queue
+    io_m2: dict[str, float] = defaultdict(float)  # second moment of one I/O occurrence's time (share-weighted sum)
+    stream = a.io_stream_mbps
     for c in workload.classes:
         qn = class_queue.get(c.name)
         t = 0.0
@@ -325,11 +365,19 @@ def evaluate(
                 cpu_call_time[qn] += c.share * s.count * call
                 cpu_hold[qn] += c.share * s.count * call * s.parallelism
                 cpu_call_m2[qn] += c.share * s.count * call * call * (1.0 + s.cv * s.cv)
+            elif isinstance(s, IoStage):
+                call = s.io_mb / stream
+                t += s.count * call
+                io_mb[qn] += c.share * s.count * s.io_mb
+                io_calls[qn] += c.share * s.count
+                io_time[qn] += c.share * s.count * call
+                io_m2[qn] += c.share * s.count * call * call * (1.0 + s.cv * s.cv)
             else:
                 t += s.count * s.seconds
         unloaded[c.name] = t
         if qn is not None:
             mem_demand[qn] += c.share * t * c.sandbox_memory_gb
+            disk_demand[qn] += c.share * t * c.sandbox_disk_gb
 
     bounds: list[Bound] = []
     serving_name = None
@@ -368,6 +416,18 @@ def evaluate(
                 detail=f"{qmem[q.name]:,.0f} GB for sandboxes / {mem_demand[q.name]:,.0f} GB-s per task "
                 "(live tasks at unloaded task time)",
             ))
+        if disk_demand[q.name] > 0:
+            bounds.append(Bound(
+                name=f"disk:{q.name}", kind="disk", tasks_per_hour=qdisk[q.name] / disk_demand[q.name] * HOUR_S,
+                detail=f"{qdisk[q.name]:,.0f} GB of local NVMe for sandboxes / {disk_demand[q.name]:,.0f} GB-s per "
+                "task (live tasks at unloaded task time)",
+            ))
+        if io_mb[q.name] > 0:
+            bounds.append(Bound(
+                name=f"io:{q.name}", kind="io", tasks_per_hour=qio[q.name] / io_mb[q.name] * HOUR_S,
+                detail=f"{qio[q.name]:,.0f} MB/s of local NVMe bandwidth / {io_mb[q.name]:,.0f} MB of sandbox I/O "
+                "per task",
+            ))
     slo = workload.slo
     qservers: dict[str, int] = {}
     qmean_call: dict[str, float] = {}
@@ -394,8 +454,19 @@ def evaluate(
                 f"{qwait_scale[q.name]:.2f} for call-time variability) keep p{a.tail_quantile * 100:g} wait <= "
                 f"{slo.tool_wait_p95_seconds:g} s up to {lam:.3f} calls/s",
             ))
+    # I/O station: streams of io_stream_mbps each, M/M/c waits scaled for call-time variability like a tool queue.
+    io_streams: dict[str, int] = {}
+    io_mean_call: dict[str, float] = {}
+    io_wait_scale: dict[str, float] = {}
+    for q in queues:
+        if io_calls[q.name] == 0:
+            continue
+        io_streams[q.name] = int(math.floor(qio[q.name] / stream + 1e-9))
+        io_mean_call[q.name] = io_time[q.name] / io_calls[q.name]
+        scv = max(0.0, (io_m2[q.name] / io_calls[q.name]) / io_mean_call[q.name] ** 2 - 1.0)
+        io_wait_scale[q.name] = (1.0 + scv) / 2.0
     # gpu and orchestration combine per server; the pair's binding one stands for the serving pool.
-    effective = [b for b in bounds if b.kind in ("cpu", "memory", "slo") or b.name == serving_name]
+    effective = [b for b in bounds if b.kind in ("cpu", "memory", "disk", "io", "slo") or b.name == serving_name]
     if not effective:
         raise ValueError("the workload has no LLM or tool stages; nothing bounds its throughput")
     binding = min(effective, key=lambda b: b.tasks_per_hour)
@@ -412,24 +483,31 @@ def evaluate(
             elif binding.kind in ("cpu", "slo") and isinstance(st, CpuStage) and \
                     class_queue.get(c.name) == binding.name.split(":", 1)[1]:
                 stage_load[key] = c.share * st.count * st.core_seconds
-            elif binding.kind == "memory" and class_queue.get(c.name) == binding.name.split(":", 1)[1]:
-                stage_load[key] = c.share * c.sandbox_memory_gb * st.count * (
+            elif binding.kind in ("memory", "disk") and class_queue.get(c.name) == binding.name.split(":", 1)[1]:
+                held = c.sandbox_memory_gb if binding.kind == "memory" else c.sandbox_disk_gb
+                stage_load[key] = c.share * held * st.count * (
                     stage_latency(st) if isinstance(st, GpuStage) else
-                    cpu_call_seconds(st, qperf[class_queue[c.name]]) if isinstance(st, CpuStage) else st.seconds)
+                    cpu_call_seconds(st, qperf[class_queue[c.name]]) if isinstance(st, CpuStage) else
+                    st.io_mb / stream if isinstance(st, IoStage) else st.seconds)
+            elif binding.kind == "io" and isinstance(st, IoStage) and \
+                    class_queue.get(c.name) == binding.name.split(":", 1)[1]:
+                stage_load[key] = c.share * st.count * st.io_mb
     bottleneck_stage = max(stage_load, key=stage_load.get) if stage_load else None
 
     # --- GPU idle at sustainable throughput, attributed by the non-GPU part of the unloaded task.
-    mix_time = {"gpu": 0.0, "cpu": 0.0, "delay": 0.0}
+    mix_time = {"gpu": 0.0, "cpu": 0.0, "io": 0.0, "delay": 0.0}
     for c in workload.classes:
         for s in c.stages:
             if isinstance(s, GpuStage):
                 mix_time["gpu"] += c.share * s.count * stage_latency(s)
             elif isinstance(s, CpuStage):
                 mix_time["cpu"] += c.share * s.count * cpu_call_seconds(s, qperf[class_queue[c.name]])
+            elif isinstance(s, IoStage):
+                mix_time["io"] += c.share * s.count * s.io_mb / stream
             else:
                 mix_time["delay"] += c.share * s.count * s.seconds
     gpu_idle = max(0.0, 1.0 - x_star / serving_cap) if serving_cap > 0 and has_llm else (1.0 if has_llm else 0.0)
-    non_gpu = mix_time["cpu"] + mix_time["delay"]
+    non_gpu = mix_time["cpu"] + mix_time["io"] + mix_time["delay"]
     gpu_idle_cpu = gpu_idle * (mix_time["cpu"] / non_gpu) if non_gpu > 0 else 0.0
 
     # --- Operating point.
@@ -453,22 +531,31 @@ def evaluate(
     gpu_stretch = 1.0
     qwait: dict[str, float] = {}
     qwait2: dict[str, float] = {}
+    iowait: dict[str, float] = {}
+    iowait2: dict[str, float] = {}
     stable = True
     # Closed loop: agents given, else the population sandbox memory allows.
     mem_per_agent = {q.name: sum(c.share * c.sandbox_memory_gb for c in workload.classes if class_queue.get(c.name) == q.name)
                      for q in queues}
+    disk_per_agent = {q.name: sum(c.share * c.sandbox_disk_gb for c in workload.classes
+                                  if class_queue.get(c.name) == q.name) for q in queues}
     n_mem = min((qmem[q] / m for q, m in mem_per_agent.items() if m > 0), default=math.inf)
+    n_disk = min((qdisk[q] / m for q, m in disk_per_agent.items() if m > 0), default=math.inf)
+    held = "memory" if n_mem <= n_disk else "disk"
+    n_mem = min(n_mem, n_disk)
     n_agents = op.agents if op.agents is not None else (int(n_mem) if math.isfinite(n_mem) else None)
     if op.agents is not None and math.isfinite(n_mem) and op.agents > n_mem:
         # Only the agents whose sandboxes fit are live; the others wait outside the network.
         n_agents = max(1, int(n_mem))
-        warnings.append(f"sandbox memory holds {int(n_mem):,} live tasks; the other {op.agents - int(n_mem):,} "
-                        "agents wait for memory and the closed loop is solved for the live ones")
+        warnings.append(f"sandbox {held} holds {int(n_mem):,} live tasks; the other {op.agents - int(n_mem):,} "
+                        f"agents wait for {held} and the closed loop is solved for the live ones")
     mva_stations: list[Station] = []
     # A stage some tasks need that has no capacity ends up holding every agent: the loop completes nothing. (Left
     # out of the network, it would be skipped, and the loop would run as if that stage took no time.)
     starved = (["GPU serving (GPUs and orchestration cores)"] if has_llm and serving_cap <= 0 else []) + [
-        f"tool queue {q.name!r} (no cores)" for q in queues if cpu_calls[q.name] > 0 and qservers.get(q.name, 0) <= 0]
+        f"tool queue {q.name!r} (no cores)" for q in queues if cpu_calls[q.name] > 0 and qservers.get(q.name, 0) <= 0
+    ] + [f"the I/O of queue {q.name!r} (no I/O stream of local NVMe bandwidth)" for q in queues
+         if io_calls[q.name] > 0 and io_streams.get(q.name, 0) <= 0]
     if n_agents is not None and n_agents >= 1 and starved:
         closed = ClosedLoop(agents=min(n_agents, a.max_closed_loop_agents), capped=n_agents > a.max_closed_loop_agents,
                             throughput_tasks_per_hour=0.0, mean_task_seconds=None)
@@ -486,6 +573,10 @@ def evaluate(
                 m = qcores[q.name] / (cpu_hold[q.name] / cpu_call_time[q.name])
                 mva_stations.append(Station(f"cpu:{q.name}", cpu_call_time[q.name],
                                             lambda n, m=m: np.minimum(n, m), rate_key=("servers", m)))
+            if io_calls[q.name] > 0 and io_streams.get(q.name, 0) > 0:
+                mva_stations.append(Station(f"io:{q.name}", io_time[q.name],
+                                            lambda n, k=io_streams[q.name]: np.minimum(n, k),
+                                            rate_key=("servers", io_streams[q.name])))
         if mva_stations:
             # queue lengths only when agents are given (they set the waits); for the memory-limited population
             # only its throughput is read, and the marginals of a 100-rack row's population underflow
@@ -500,6 +591,10 @@ def evaluate(
                     r_i = float(res.residence_s[i])
                     if st.name == "gpu":
                         gpu_stretch = r_i / st.demand_s
+                    elif st.name.startswith("io:"):
+                        qn = st.name.split(":", 1)[1]
+                        w = max(0.0, (r_i - st.demand_s) / io_calls[qn])
+                        iowait[qn], iowait2[qn] = w, 2 * w * w
                     else:
                         qn = st.name.split(":", 1)[1]
                         w = max(0.0, (r_i - st.demand_s) / cpu_calls[qn])
@@ -529,7 +624,14 @@ def evaluate(
                 qwait[q.name] = f * mmc_mean_wait(qservers[q.name], lam_c, qmean_call[q.name]) if lam > 0 else 0.0
                 qwait2[q.name] = f * f * mmc_wait_second_moment(qservers[q.name], lam_c, qmean_call[q.name]) \
                     if lam > 0 else 0.0
-    if not math.isfinite(gpu_stretch) or any(not math.isfinite(w) for w in qwait.values()):
+            if io_calls[q.name] > 0:
+                lam_c = lam * io_calls[q.name]
+                f = io_wait_scale[q.name]
+                iowait[q.name] = f * mmc_mean_wait(io_streams[q.name], lam_c, io_mean_call[q.name]) \
+                    if lam > 0 else 0.0
+                iowait2[q.name] = f * f * mmc_wait_second_moment(io_streams[q.name], lam_c, io_mean_call[q.name]) \
+                    if lam > 0 else 0.0
+    if not math.isfinite(gpu_stretch) or any(not math.isfinite(w) for w in [*qwait.values(), *iowait.values()]):
         stable = False
         if not any("unstable" in w for w in warnings):
             warnings.append("a pool is unstable at the operating point (whole-server rounding of a tool queue can "
@@ -551,6 +653,12 @@ def evaluate(
                 w2 = qwait2.get(qn, 0.0) if stable else 0.0
                 per = per_service + wait
                 var_occ = (s.cv * per_service) ** 2 + max(0.0, w2 - wait * wait)
+            elif isinstance(s, IoStage):
+                per_service = s.io_mb / stream
+                wait = iowait.get(qn, 0.0) if stable else 0.0
+                w2 = iowait2.get(qn, 0.0) if stable else 0.0
+                per = per_service + wait
+                var_occ = (s.cv * per_service) ** 2 + max(0.0, w2 - wait * wait)
             else:
                 per, wait, var_occ = s.seconds, 0.0, (s.cv * s.seconds) ** 2
             mean_stage = s.count * per
@@ -569,13 +677,15 @@ def evaluate(
                    for st in stage_times] if mix_mean > 0 else stage_times
     stage_shares: dict[str, float] = {}
     resource_shares: dict[str, float] = {"gpu": 0.0, "cpu": 0.0, "cpu_wait": 0.0, "delay": 0.0}
+    if any(io_calls.values()):
+        resource_shares.update(io=0.0, io_wait=0.0)
     for st in stage_times:
         key = f"{st.task_class}/{st.stage}"
         stage_shares[key] = stage_shares.get(key, 0.0) + st.share
         w = by_class[st.task_class] / mix_mean if mix_mean > 0 else 0.0
-        if st.resource == "cpu":
-            resource_shares["cpu"] += w * st.service_s
-            resource_shares["cpu_wait"] += w * st.wait_s
+        if st.resource in ("cpu", "io"):
+            resource_shares[st.resource] += w * st.service_s
+            resource_shares[f"{st.resource}_wait"] += w * st.wait_s
         else:
             resource_shares[st.resource] += w * st.service_s
     if stable and mix_mean > 0:
@@ -607,6 +717,19 @@ def evaluate(
                     f"memory:{q.name}: at the operating point live sandboxes need {lam * loaded:,.0f} GB but "
                     f"{qmem[q.name]:,.0f} GB are available; with task times stretched by load, sandbox memory "
                     "limits throughput below the figure shown (see docs/validation.md)")
+        if disk_demand[q.name] > 0:
+            loaded = sum(c.share * c.sandbox_disk_gb * (m if stable else unloaded[c.name])
+                         for c, m in zip(workload.classes, means) if class_queue.get(c.name) == q.name)
+            u_disk = lam * loaded / qdisk[q.name] if qdisk[q.name] > 0 else (math.inf if lam > 0 else 0.0)
+            util[f"disk:{q.name}"] = u_disk
+            if u_disk > 1.0:
+                warnings.append(
+                    f"disk:{q.name}: at the operating point live sandboxes need {lam * loaded:,.0f} GB of local disk "
+                    f"but {qdisk[q.name]:,.0f} GB are available; with task times stretched by load, sandbox disk "
+                    "limits throughput below the figure shown")
+        if io_mb[q.name] > 0:
+            util[f"io:{q.name}"] = lam * io_mb[q.name] / qio[q.name] if qio[q.name] > 0 else \
+                (math.inf if lam > 0 else 0.0)
     queue_figs = [QueueFigures(
         name=q.name, classes=list(q.classes), cores=qcores[q.name], per_core_perf=qperf[q.name],
         servers=qservers.get(q.name, 0), mean_call_s=qmean_call.get(q.name, 0.0),
@@ -614,6 +737,9 @@ def evaluate(
         wait_scale=qwait_scale.get(q.name, 1.0),
         utilization=util.get(f"cpu:{q.name}", 0.0),
         wait_mean_s=(qwait.get(q.name, 0.0) if stable else None), sandbox_memory_gb=qmem[q.name],
+        sandbox_disk_gb=qdisk[q.name], io_mbps=qio[q.name], io_streams=io_streams.get(q.name, 0),
+        io_mean_call_s=io_mean_call.get(q.name, 0.0), io_utilization=util.get(f"io:{q.name}", 0.0),
+        io_wait_mean_s=(iowait.get(q.name, 0.0) if stable else None),
     ) for q in queues]
 
     # --- Racks.

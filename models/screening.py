@@ -3,7 +3,7 @@
 A `ServerMenu` fixes the server groups (chassis, CPU, GPU, GPUs per server, orchestration cores, cores per tool
 queue) and the queues; a screening call takes a (P, S) array of server counts, one row per configuration of one
 rack, and returns the same bounds `models.pipeline.evaluate` computes for each row (GPU compute, orchestration,
-their per-server combination, each queue's cores, sandbox memory and tail-wait target), the sustainable
+their per-server combination, each queue's cores, sandbox memory and disk, disk bandwidth and tail-wait target), the sustainable
 throughput (their minimum), the binding bound, and the rack's power, air and liquid heat and space against its
 budgets. The per-server figures come from the evaluator's own code (`resolve_groups`), so a row and the
 configuration it stands for evaluate to the same bounds (tests/test_fast_evaluator.py checks 1e-9 relative).
@@ -25,7 +25,7 @@ from models.hardware import Rack
 from models.performance import cpu_call_seconds, stage_gpu_latency_s
 from models.pipeline import HOUR_S, LABEL_TOLERANCE, _queues, resolve_groups
 from models.queueing import max_arrival_for_wait
-from models.workload import CpuStage, GpuStage, Workload
+from models.workload import CpuStage, GpuStage, IoStage, Workload
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,10 @@ class ServerMenu:
     """(S, Q) reference-core capacity per server in each queue (cores x per-core speed)."""
     qmem: np.ndarray
     """(S, Q) sandbox memory per server that comes with its cores in each queue, GB."""
+    qdisk: np.ndarray
+    """(S, Q) sandbox disk (local NVMe) per server that comes with its cores in each queue, GB."""
+    qio: np.ndarray
+    """(S, Q) local NVMe bandwidth per server that comes with its cores in each queue, MB/s."""
     power_w: np.ndarray
     air_heat_w: np.ndarray
     liquid_heat_w: np.ndarray
@@ -63,7 +67,7 @@ class ServerMenu:
     cpu_call_s_at_ref: np.ndarray
     """(C,) per class, wall seconds of tool calls per task on reference-speed cores."""
     delay_s: np.ndarray
-    """(C,) per class, seconds of delay stages per task."""
+    """(C,) per class, seconds of delay and I/O stages per task (I/O at one stream's bandwidth, unloaded)."""
     class_queue: np.ndarray
     """(C,) queue index of each class, -1 when no queue serves it."""
     cpu_work: np.ndarray
@@ -76,6 +80,9 @@ class ServerMenu:
     """(Q,) core-seconds held per task on reference-speed cores."""
     cpu_call_m2_ref: np.ndarray
     """(Q,) share-weighted second moment of call time on reference-speed cores."""
+    io_mb: np.ndarray
+    """(Q,) MB of sandbox I/O per task."""
+    sandbox_disk_gb: np.ndarray
     shares: np.ndarray
     sandbox_gb: np.ndarray
     has_llm: bool
@@ -96,12 +103,16 @@ def server_menu(workload: Workload, rack: Rack, catalog: Catalog, groups: list[S
     qcores = np.zeros((n_s, n_q))
     qcap = np.zeros((n_s, n_q))
     qmem = np.zeros((n_s, n_q))
+    qdisk = np.zeros((n_s, n_q))
+    qio = np.zeros((n_s, n_q))
     for s, g in enumerate(resolved):
         for qn, c in g.queue_cores.items():
             if qn in qidx:
                 qcores[s, qidx[qn]] = c
                 qcap[s, qidx[qn]] = c * g.profile.per_core_perf
                 qmem[s, qidx[qn]] = c * g.profile.memory_per_core_gb
+                qdisk[s, qidx[qn]] = c * g.profile.disk_per_core_gb
+                qio[s, qidx[qn]] = c * g.profile.io_mbps_per_core
     prof = [g.profile for g in resolved]
     class_queue = {c: q.name for q in qs for c in q.classes}
     cls = workload.classes
@@ -109,9 +120,10 @@ def server_menu(workload: Workload, rack: Rack, catalog: Catalog, groups: list[S
                                  for st in c.stages if isinstance(st, GpuStage)) for k in skeys] for c in cls])
     cpu_ref = np.array([sum(st.count * cpu_call_seconds(st, 1.0) for st in c.stages if isinstance(st, CpuStage))
                         for c in cls])
-    delay = np.array([sum(st.count * st.seconds for st in c.stages if not isinstance(st, (GpuStage, CpuStage)))
-                      for c in cls])
-    work, calls, ctime, hold, m2 = (np.zeros(n_q) for _ in range(5))
+    stream = a.io_stream_mbps
+    delay = np.array([sum(st.count * (st.io_mb / stream if isinstance(st, IoStage) else st.seconds)
+                          for st in c.stages if not isinstance(st, (GpuStage, CpuStage))) for c in cls])
+    work, calls, ctime, hold, m2, io_mb = (np.zeros(n_q) for _ in range(6))
     for c in cls:
         qn = class_queue.get(c.name)
         for st in c.stages:
@@ -123,6 +135,8 @@ def server_menu(workload: Workload, rack: Rack, catalog: Catalog, groups: list[S
                 ctime[i] += c.share * st.count * call
                 hold[i] += c.share * st.count * call * st.parallelism
                 m2[i] += c.share * st.count * call * call * (1.0 + st.cv * st.cv)
+            elif isinstance(st, IoStage):
+                io_mb[qidx[qn]] += c.share * st.count * st.io_mb
     return ServerMenu(
         workload=workload, rack=rack, groups=tuple(groups), queues=tuple(qs), queues_given=queues is not None,
         assumptions=a,
@@ -130,12 +144,13 @@ def server_menu(workload: Workload, rack: Rack, catalog: Catalog, groups: list[S
         orch_tps=np.array([p.orchestration_tasks_per_s if p.gpus else 0.0 for p in prof]),
         serving_tps=np.array([p.serving_tasks_per_s for p in prof]),
         serving_of=np.array([skeys.index(p.serving_key) if p.gpu is not None else -1 for p in prof]),
-        qcores=qcores, qcap=qcap, qmem=qmem,
+        qcores=qcores, qcap=qcap, qmem=qmem, qdisk=qdisk, qio=qio,
         power_w=np.array([p.power_w for p in prof]), air_heat_w=np.array([p.air_heat_w for p in prof]),
         liquid_heat_w=np.array([p.liquid_heat_w for p in prof]), space_u=np.array([p.space_u for p in prof]),
         gpu_latency=gpu_latency.reshape(len(cls), len(skeys)), cpu_call_s_at_ref=cpu_ref, delay_s=delay,
         class_queue=np.array([qidx.get(class_queue.get(c.name), -1) for c in cls]),
-        cpu_work=work, cpu_calls=calls, cpu_call_time_ref=ctime, cpu_hold_ref=hold, cpu_call_m2_ref=m2,
+        cpu_work=work, cpu_calls=calls, cpu_call_time_ref=ctime, cpu_hold_ref=hold, cpu_call_m2_ref=m2, io_mb=io_mb,
+        sandbox_disk_gb=np.array([c.sandbox_disk_gb for c in cls]),
         shares=np.array([c.share for c in cls]), sandbox_gb=np.array([c.sandbox_memory_gb for c in cls]),
         has_llm=any(isinstance(st, GpuStage) for c in cls for st in c.stages), n_servings=len(skeys),
     )
@@ -215,6 +230,8 @@ def screen(menu: ServerMenu, counts) -> Screening:
     qcores = n @ menu.qcores
     qcap = n @ menu.qcap
     qmem = n @ menu.qmem
+    qdisk = n @ menu.qdisk
+    qio = n @ menu.qio
     with np.errstate(invalid="ignore", divide="ignore"):
         qperf = np.where(qcores > 0, qcap / np.where(qcores > 0, qcores, 1.0), 1.0)  # (P, Q)
     gpu_t = route @ menu.gpu_latency.T if k else np.zeros((p, len(menu.shares)))  # (P, C)
@@ -233,6 +250,16 @@ def screen(menu: ServerMenu, counts) -> Screening:
             with np.errstate(invalid="ignore", divide="ignore"):
                 cols.append(np.where(mem_demand > 0, qmem[:, qi] / mem_demand * HOUR_S, np.nan))
             eff.append(mem_demand > 0)
+        disk_demand = unloaded @ (menu.shares * menu.sandbox_disk_gb * in_q)
+        if np.any(disk_demand > 0):
+            names.append(f"disk:{q.name}")
+            with np.errstate(invalid="ignore", divide="ignore"):
+                cols.append(np.where(disk_demand > 0, qdisk[:, qi] / disk_demand * HOUR_S, np.nan))
+            eff.append(disk_demand > 0)
+        if menu.io_mb[qi] > 0:
+            names.append(f"io:{q.name}")
+            cols.append(qio[:, qi] / menu.io_mb[qi] * HOUR_S)
+            eff.append(np.ones(p, dtype=bool))
     slo = menu.workload.slo
     if slo and slo.tool_wait_p95_seconds:
         for qi, q in enumerate(menu.queues):

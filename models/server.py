@@ -39,7 +39,11 @@ class ServerProfile:
     orchestration_tasks_per_core_s: float
     """Tasks/s one orchestration core of this CPU sustains (inf when the workload has no LLM calls)."""
     sandbox_memory_gb: float
-    """Host memory available to sandboxes (memory minus the OS reservation)."""
+    """Host memory available to sandboxes (memory minus the OS reservation of each of its hosts)."""
+    sandbox_disk_gb: float
+    """Local NVMe capacity available to sandboxes."""
+    io_mbps: float
+    """Local NVMe bandwidth for sandbox I/O (MB/s)."""
     price_usd: float | None
     """Capital cost: chassis + CPUs + GPUs + host memory (`models.tco.server_price`); None when a part is unpriced."""
     serving_key: str | None = None
@@ -48,6 +52,16 @@ class ServerProfile:
     @property
     def serving_tasks_per_s(self) -> float:
         return min(self.gpu_tasks_per_s, self.orchestration_tasks_per_s) if self.gpus else 0.0
+
+    @property
+    def disk_per_core_gb(self) -> float:
+        """Sandbox disk that comes with each core a tool queue gets (shared out by cores, as memory)."""
+        return self.sandbox_disk_gb / self.cores
+
+    @property
+    def io_mbps_per_core(self) -> float:
+        """Disk bandwidth that comes with each core a tool queue gets (shared out by cores, as memory)."""
+        return self.io_mbps / self.cores
 
     @property
     def memory_per_core_gb(self) -> float:
@@ -102,7 +116,9 @@ def server_profile(
         gpu_tasks_per_s=gpu_tps,
         orchestration_tasks_per_s=orch_tps,
         orchestration_tasks_per_core_s=per_core,
-        sandbox_memory_gb=max(0.0, chassis.memory_gb - os_reserved_memory_gb),
+        sandbox_memory_gb=max(0.0, chassis.memory_gb - chassis.compute_trays * os_reserved_memory_gb),
+        sandbox_disk_gb=chassis.local_nvme_gb,
+        io_mbps=chassis.local_nvme_mbps,
         price_usd=price,
         serving_key=serving_key,
     )

@@ -111,7 +111,31 @@ class DelayStage(_Stage):
     """Mean duration per occurrence in seconds."""
 
 
-Stage = Annotated[GpuStage | CpuStage | DelayStage, Field(discriminator="resource")]
+class IoStage(_Stage):
+    """Sandbox disk I/O of a tool call (image layers, repository checkout, build and test files) on the local NVMe
+    drives of the servers whose cores run the class's tool queue; holds no core. Its time comes out of the model:
+    the I/O at one stream's bandwidth plus the wait for a stream (docs/model.md, storage)."""
+
+    resource: Literal["io"] = "io"
+    """Resource the stage runs on."""
+    read_mb: float = Field(ge=0)
+    """MB read from local disk per occurrence."""
+    write_mb: float = Field(ge=0)
+    """MB written to local disk per occurrence."""
+
+    @model_validator(mode="after")
+    def _some(self) -> "IoStage":
+        if self.read_mb + self.write_mb <= 0:
+            raise ValueError("an io stage reads or writes something: read_mb + write_mb must be > 0")
+        return self
+
+    @property
+    def io_mb(self) -> float:
+        """MB moved per occurrence (reads and writes count alike against the drives' mixed bandwidth)."""
+        return self.read_mb + self.write_mb
+
+
+Stage = Annotated[GpuStage | CpuStage | DelayStage | IoStage, Field(discriminator="resource")]
 
 
 class TaskClass(Input):
@@ -123,6 +147,8 @@ class TaskClass(Input):
     """Fraction of tasks that are of this class."""
     sandbox_memory_gb: float = Field(default=0.0, ge=0)
     """Host memory a live task holds for its whole life (sandbox, repo, dependencies)."""
+    sandbox_disk_gb: float = Field(default=0.0, ge=0)
+    """Local disk a live task holds for its whole life (image layers, repository, caches) in GB."""
     stages: list[Stage] = Field(min_length=1)
     """Stages in the order a task runs them (one turn's worth, repeated by each stage's count)."""
 

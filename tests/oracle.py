@@ -1,7 +1,8 @@
 """Exhaustive-enumeration oracle for the rack-filling optimizer, independent of the MILP code.
 
-Scope: instances with ONE shared tool queue and NO sandbox memory (every class has sandbox_memory_gb 0) and no
-tool-wait SLO. For such an instance the optimum is
+Scope: instances with ONE shared tool queue and NO sandbox memory or disk (every class has sandbox_memory_gb and
+sandbox_disk_gb 0), no io stages, and no tool-wait SLO. Catalogs may hold a rack-scale system (`systems=True`): it is
+one candidate option whose count is whole systems. For such an instance the optimum is
 
     max over integer server counts N (per rack, within that rack's power / air / liquid / space budgets)
         of  best continuous throughput for the totals N.
@@ -34,7 +35,7 @@ from advisor.catalog import load_catalog
 from advisor.optimizer.options import ServerOption, enumerate_options
 from advisor.optimizer.settings import OptimizerSettings
 from models.catalog import Catalog
-from models.hardware import Rack
+from models.hardware import Rack, RackSystem
 from models.workload import CpuStage, GpuStage, Workload
 
 HOUR_S = 3600.0
@@ -221,6 +222,8 @@ def candidate_options(catalog: Catalog, workload: Workload, rack: Rack, layout: 
 def check_scope(workload: Workload) -> None:
     if any(c.sandbox_memory_gb > 0 for c in workload.classes):
         raise ValueError("oracle scope: sandbox_memory_gb must be 0 in every class")
+    if any(c.sandbox_disk_gb > 0 or any(s.resource == "io" for s in c.stages) for c in workload.classes):
+        raise ValueError("oracle scope: no sandbox disk and no io stages")
     if workload.slo is not None and workload.slo.tool_wait_p95_seconds:
         raise ValueError("oracle scope: no tool-wait SLO")
 
@@ -304,9 +307,25 @@ def _random_workload(rng: random.Random, base: Workload, llm: bool) -> Workload:
                                     "served_model": sm2.model_dump(), "classes": classes, "slo": None})
 
 
+def _random_system(rng: random.Random, chassis: list) -> tuple[Any, RackSystem]:
+    """A rack-scale system of 2-4 one-U trays of a random GPU chassis, with a switch tray and a power shelf."""
+    src = rng.choice([c for c in chassis if c.role == "gpu"])
+    k = rng.choice([2, 3, 4])
+    gpus = min(src.gpu_counts)
+    tray = _revalidate(src, id="sys-tray", height_u=1, gpu_counts=[gpus], part_of_system="rand-sys",
+                       base_power_w=src.base_power_w / 4)
+    system = RackSystem(id="rand-sys", name="random system", source="test", compute_tray="sys-tray",
+                        compute_trays=k, switch_trays=1, switch_tray_u=1, power_shelves=1, power_shelf_u=1,
+                        height_u=k + 2, shared_power_w=rng.uniform(0.0, 800.0), weight_kg=40.0 * k,
+                        scale_up_domain_gpus=k * gpus)
+    return tray, system
+
+
 def random_instance(seed: int, max_options: int = 5, max_vectors: int = 20000, racks: int = 1,
-                    max_power_kw: float = 30.0) -> Instance:
-    """A random perturbation of the mini catalog, workload and rack, small enough to enumerate."""
+                    max_power_kw: float = 30.0, systems: bool = False) -> Instance:
+    """A random perturbation of the mini catalog, workload and rack, small enough to enumerate. With `systems`, the
+    catalog also holds a rack-scale system (whole units of a few trays; drawn from a separate random stream so that
+    the other instances stay as they were), and only instances where it is a candidate are returned."""
     rng = random.Random(seed)
     base = mini_catalog()
     for _attempt in range(200):
@@ -354,10 +373,16 @@ def random_instance(seed: int, max_options: int = 5, max_vectors: int = 20000, r
                                     "reserved_power_w": rng.choice([0.0, rng.uniform(0, 500)])})
         llm = rng.random() > 0.05
         workload = _random_workload(rng, base.workloads["agent"], llm)
+        sys_list = []
+        if systems:
+            tray, system = _random_system(random.Random(seed * 1_000_003 + _attempt), chassis)
+            chassis, sys_list = [*chassis, tray], [system]
         cat = Catalog.build(cpus=cpus, gpus=gpus, chassis=chassis, racks=[rack],
-                            served_models=[workload.served_model], workloads=[workload])
+                            served_models=[workload.served_model], workloads=[workload], systems=sys_list)
         opts = candidate_options(cat, workload, rack, "hybrid")
         if not opts or len(opts) > max_options:
+            continue
+        if systems and not any(o.profile.chassis.rack_scale_system for o in opts):
             continue
         if not any(o.profile.gpus for o in opts):
             continue

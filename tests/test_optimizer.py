@@ -56,20 +56,20 @@ def _seed_for(i: int) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _instance(seed: int, racks: int = 1):
-    return random_instance(seed, racks=racks, max_power_kw=30.0 if racks == 1 else 12.0)
+def _instance(seed: int, racks: int = 1, systems: bool = False):
+    return random_instance(seed, racks=racks, max_power_kw=30.0 if racks == 1 else 12.0, systems=systems)
 
 
 @functools.lru_cache(maxsize=None)
-def _solve(seed: int, layout: str, backend: str = "cbc", racks: int = 1):
-    inst = _instance(seed, racks)
+def _solve(seed: int, layout: str, backend: str = "cbc", racks: int = 1, systems: bool = False):
+    inst = _instance(seed, racks, systems)
     return optimize(inst.workload, inst.rack, inst.catalog, layout=layout, racks=racks, backend=backend,
                     explain=False)
 
 
 @functools.lru_cache(maxsize=None)
-def _oracle(seed: int, layout: str, racks: int = 1):
-    inst = _instance(seed, racks)
+def _oracle(seed: int, layout: str, racks: int = 1, systems: bool = False):
+    inst = _instance(seed, racks, systems)
     return oracle(inst.catalog, inst.workload, inst.rack, layout, racks=racks)
 
 
@@ -151,10 +151,11 @@ def test_oracle_greedy_matches_linprog(i):
 # ------------------------------------------------------------------------------------------ MILP against oracle
 
 
-def _check_against_oracle(seed: int, layout: str, backend: str = "cbc", racks: int = 1) -> None:
-    inst = _instance(seed, racks)
-    res = _solve(seed, layout, backend, racks)
-    orc = _oracle(seed, layout, racks)
+def _check_against_oracle(seed: int, layout: str, backend: str = "cbc", racks: int = 1,
+                          systems: bool = False) -> None:
+    inst = _instance(seed, racks, systems)
+    res = _solve(seed, layout, backend, racks, systems)
+    orc = _oracle(seed, layout, racks, systems)
     ctx = (f"seed={seed} layout={layout} backend={backend} racks={racks}: optimizer {res.throughput_tasks_per_hour!r} "
            f"({_describe(res)}), oracle {orc.tasks_per_hour!r} ({orc.counts}); status {res.status} gap {res.gap}")
     assert _close(res.throughput_tasks_per_hour, orc.tasks_per_hour), ctx
@@ -185,6 +186,40 @@ def _check_against_oracle(seed: int, layout: str, backend: str = "cbc", racks: i
 @pytest.mark.parametrize("i", tiered(range(N_ORACLE), N_ORACLE_FAST))
 def test_optimum_matches_oracle(i, layout):
     _check_against_oracle(_seed_for(i), layout)
+
+
+N_SYSTEMS = 30
+
+
+@pytest.mark.parametrize("layout", ["hybrid", "b"])
+@pytest.mark.parametrize("i", tiered(range(N_SYSTEMS), 3))
+def test_optimum_matches_oracle_with_systems(i, layout):
+    """Catalogs with a rack-scale system (whole units of several trays, one integer variable per rack): the MILP
+    finds the enumerated optimum, and what it places evaluates within budgets."""
+    _check_against_oracle(20000 + i, layout, systems=True)
+
+
+@pytest.mark.slow  # solves all N_SYSTEMS instances; the fast tier keeps 3 of them in the oracle test above
+def test_systems_are_placed_whole_in_some_optimum():
+    """The system instances exercise the system variable: some optima place one or more whole systems, and never
+    a tray on its own."""
+    placed = 0
+    for i in range(N_SYSTEMS):
+        res = _solve(20000 + i, "hybrid", "cbc", 1, True)
+        assert all(s.chassis != "sys-tray" for s in res.servers)
+        placed += any(s.chassis == "rand-sys" for s in res.servers)
+    assert placed >= 3, placed
+
+
+@pytest.mark.parametrize("i", tiered(range(12), 2))
+def test_backends_agree_with_systems(i):
+    seed = 20000 + i
+    cbc = _solve(seed, "hybrid", "cbc", 1, True)
+    ort = _solve(seed, "hybrid", "ortools", 1, True)
+    assert _solved(ort), (seed, ort.status, ort.gap, ort.message)
+    assert _close(cbc.throughput_tasks_per_hour, ort.throughput_tasks_per_hour), (
+        seed, cbc.throughput_tasks_per_hour, ort.throughput_tasks_per_hour, _describe(cbc), _describe(ort))
+    _check_against_oracle(seed, "hybrid", "ortools", systems=True)
 
 
 @pytest.mark.parametrize("i", tiered(range(12), 2))

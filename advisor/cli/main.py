@@ -27,6 +27,7 @@ class Kind(str, Enum):
     racks = "racks"
     workloads = "workloads"
     served_models = "served_models"
+    systems = "systems"
 
 
 def _catalog():
@@ -43,6 +44,7 @@ CATALOG_COLUMNS = {
     "racks": ("id", "power_kw", "air_cooling_kw", "liquid_cooling_kw", "height_u", "reserved_u"),
     "workloads": ("id", "name", "served_model", "classes"),
     "served_models": ("id", "name", "total_params_b", "active_params_b", "precision"),
+    "systems": ("id", "compute_tray", "compute_trays", "switch_trays", "power_shelves", "height_u", "weight_kg"),
 }
 
 

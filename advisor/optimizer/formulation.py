@@ -8,7 +8,9 @@ Variables (X in tasks per hour):
   z[q,s]   binary   tool queue q runs on CPU SKU s (same condition)
   xg[g], xs[q,s] cont. throughput routed through GPU SKU g / through CPU SKU s in queue q
 Groups: power, cooling_air, cooling_liquid, space (per rack), gpu_serving, tool_cores:<q>, slo:<q> (tail-wait
-capacity curve), sandbox_memory:<q>, core_split, sku_choice, capital, required_throughput, gpu_first. docs/model.md states each in math.
+capacity curve), sandbox_memory:<q>, sandbox_disk:<q>, io_bandwidth:<q>, core_split, sku_choice, capital,
+required_throughput, gpu_first. docs/model.md states each in math. A rack-scale system is one option (one chassis
+made by RackSystem.as_chassis), so n[r,o] counts whole systems.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from advisor.optimizer.slo_curve import QueueCalls, curve, max_servers_bound, qu
 from advisor.solver.linear import LinearModel, safe_name
 from models.hardware import Rack
 from models.performance import GpuServing, cpu_call_seconds, stage_gpu_latency_s
-from models.workload import CpuStage, DelayStage, GpuStage, Workload
+from models.workload import CpuStage, DelayStage, GpuStage, IoStage, Workload
 
 HOUR_S = 3600.0
 
@@ -68,9 +70,12 @@ class Built:
     """Orchestration cores (all servers of an option) where the optimizer chooses them."""
 
 
-def _queue_coeffs(p: Problem):
-    """Per queue: reference core-seconds per task, and sandbox GB-seconds per task split by GPU SKU, CPU SKU, delay."""
+def _queue_coeffs(p: Problem, held: str = "sandbox_memory_gb"):
+    """Per queue: reference core-seconds per task, and sandbox GB-seconds per task split by GPU SKU, CPU SKU, delay
+    (delays and I/O stages, whose unloaded time is the same on every server); `held` names the class field
+    (sandbox memory or sandbox disk) whose GB a live task holds."""
     w = p.workload
+    stream = p.settings.assumptions.io_stream_mbps
     cls = {c.name: c for c in w.classes}
     cpu_skus = {o.profile.cpu.id: o.profile.cpu for o in p.options}
     work, mem_g, mem_s, mem_d = [], [], [], []
@@ -84,10 +89,10 @@ def _queue_coeffs(p: Problem):
             for st in c.stages:
                 if isinstance(st, CpuStage):
                     wk += c.share * st.count * st.core_seconds
-            if c.sandbox_memory_gb == 0:
+            if getattr(c, held) == 0:
                 continue
             for st in c.stages:
-                f = c.share * c.sandbox_memory_gb * st.count
+                f = c.share * getattr(c, held) * st.count
                 if isinstance(st, GpuStage):
                     for g, sv in p.servings.items():
                         mg[g] += f * stage_gpu_latency_s(st, w.served_model, sv)
@@ -96,11 +101,20 @@ def _queue_coeffs(p: Problem):
                         ms[s] += f * cpu_call_seconds(st, sku.per_core_perf)
                 elif isinstance(st, DelayStage):
                     md += f * st.seconds
+                elif isinstance(st, IoStage):
+                    md += f * st.io_mb / stream
         work.append(wk)
         mem_g.append(mg)
         mem_s.append(ms)
         mem_d.append(md)
     return work, mem_g, mem_s, mem_d
+
+
+def queue_io_mb(p: Problem) -> list[float]:
+    """Per queue: MB of sandbox I/O per task of the mix."""
+    cls = {c.name: c for c in p.workload.classes}
+    return [sum(cls[n].share * st.count * st.io_mb for n in q for st in cls[n].stages if isinstance(st, IoStage))
+            for q in p.partition]
 
 
 def per_rack_count_bound(o: ServerOption, rack: Rack) -> int:
@@ -206,8 +220,13 @@ def build(p: Problem, memory: bool = True) -> Built:
         m.add("gpu_serving", "gpu_serving", terms, "<=", 0.0)
 
     work, mem_g, mem_s, mem_d = _queue_coeffs(p)
-    needs_choice = memory and any(md > 0 or any(mg.values()) or any(ms.values())
-                                  for mg, ms, md in zip(mem_g, mem_s, mem_d))
+    _, disk_g, disk_s, disk_d = _queue_coeffs(p, "sandbox_disk_gb")
+    io_mb = queue_io_mb(p)
+
+    def holds(qi: int) -> bool:  # the queue's live tasks hold memory or disk
+        return bool(mem_d[qi] > 0 or any(mem_g[qi].values()) or any(mem_s[qi].values())
+                    or disk_d[qi] > 0 or any(disk_g[qi].values()) or any(disk_s[qi].values()))
+    needs_choice = memory and any(holds(qi) for qi in range(len(p.partition)))
     y: dict[tuple[int, int], str] = {}
     for qi, q in enumerate(p.partition):
         for i, o in enumerate(p.options):
@@ -226,6 +245,10 @@ def build(p: Problem, memory: bool = True) -> Built:
             terms = {y[i, q2]: -p.options[i].profile.per_core_perf for (i, q2) in y if q2 == qi}
             terms[x] = work[qi] / HOUR_S
             m.add(safe_name(f"tool_cores_{qname}"), f"tool_cores:{qname}", terms, "<=", 0.0)
+        if io_mb[qi] > 0:
+            terms = {y[i, q2]: -p.options[i].profile.io_mbps_per_core for (i, q2) in y if q2 == qi}
+            terms[x] = io_mb[qi] / HOUR_S
+            m.add(safe_name(f"io_bandwidth_{qname}"), f"io_bandwidth:{qname}", terms, "<=", 0.0)
     if p.slo_curves:
         add_slo_curves(m, p, y, x, count)
 
@@ -243,7 +266,7 @@ def build(p: Problem, memory: bool = True) -> Built:
                     if p.options[i].serving_key == g:
                         m.add(f"gpu_sku_n_{v}", "sku_choice", {v: 1.0, w_[g]: -m.vars[v].ub}, "<=", 0.0)
         for qi, qname in enumerate(p.queue_names):
-            if not (mem_d[qi] > 0 or any(mem_g[qi].values()) or any(mem_s[qi].values())):
+            if not holds(qi):
                 continue
             z = {s: m.var(safe_name(f"z_q{qi}_{s}"), 0, 1, integer=True) for s in cpu_ids}
             xs = {s: m.var(safe_name(f"xs_q{qi}_{s}"), 0, None) for s in cpu_ids}
@@ -256,17 +279,21 @@ def build(p: Problem, memory: bool = True) -> Built:
                     o = p.options[i]
                     big = o.profile.tool_cores * sum(m.vars[c].ub for c in count[i])
                     m.add(f"cpu_sku_{v}", "sku_choice", {v: 1.0, z[o.profile.cpu.id]: -big}, "<=", 0.0)
-            terms: dict[str, float] = {y[i, q2]: -p.options[i].profile.memory_per_core_gb for (i, q2) in y
-                                       if q2 == qi}
-            for g, coef in mem_g[qi].items():
-                if coef and has_llm:
-                    terms[xg[g]] = coef / HOUR_S
-            for s, coef in mem_s[qi].items():
-                if coef:
-                    terms[xs[s]] = coef / HOUR_S
-            if mem_d[qi]:
-                terms[x] = terms.get(x, 0.0) + mem_d[qi] / HOUR_S
-            m.add(safe_name(f"sandbox_memory_{qname}"), f"sandbox_memory:{qname}", terms, "<=", 0.0)
+            for kind, per_core, cg, cs, cd in (("memory", "memory_per_core_gb", mem_g, mem_s, mem_d),
+                                               ("disk", "disk_per_core_gb", disk_g, disk_s, disk_d)):
+                if not (cd[qi] > 0 or any(cg[qi].values()) or any(cs[qi].values())):
+                    continue
+                terms: dict[str, float] = {y[i, q2]: -getattr(p.options[i].profile, per_core) for (i, q2) in y
+                                           if q2 == qi}
+                for g, coef in cg[qi].items():
+                    if coef and has_llm:
+                        terms[xg[g]] = coef / HOUR_S
+                for s, coef in cs[qi].items():
+                    if coef:
+                        terms[xs[s]] = coef / HOUR_S
+                if cd[qi]:
+                    terms[x] = terms.get(x, 0.0) + cd[qi] / HOUR_S
+                m.add(safe_name(f"sandbox_{kind}_{qname}"), f"sandbox_{kind}:{qname}", terms, "<=", 0.0)
 
     if p.required_tasks_per_hour is not None:
         m.add("required_throughput", "required_throughput", {x: 1.0}, ">=", p.required_tasks_per_hour)

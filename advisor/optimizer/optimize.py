@@ -12,7 +12,7 @@ from pydantic import Field
 from advisor.optimizer.groups import BUDGET_GROUPS, BUDGET_UNITS
 from advisor.optimizer.formulation import (Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound,
                                  power_terms, slo_queues)
-from advisor.optimizer.options import Layout, ServerOption, enumerate_options, prune_dominated
+from advisor.optimizer.options import Layout, ServerOption, enumerate_options, prune_dominated, system_misfits
 from advisor.optimizer.settings import OptimizerSettings
 from advisor.solver import LinearModel, Solution, Var, solve
 from advisor.optimizer.objectives import TCO_OBJECTIVES, solve_tco
@@ -20,7 +20,7 @@ from models.base import Frozen
 from models.catalog import Catalog
 from models.config import Configuration, OperatingPoint, Queue, ServerGroup
 from models.hardware import Rack
-from models.pipeline import Evaluation, evaluate
+from models.pipeline import Evaluation, evaluate, needs_queue
 from models.tco import Tco
 from models.performance import cpu_call_seconds, stage_gpu_latency_s
 from models.workload import CpuStage, DelayStage, GpuStage, Workload
@@ -114,7 +114,7 @@ class OptimizeResult(Frozen):
 def partitions(workload: Workload, layout: Layout, servings: dict | None = None) -> list[list[list[str]]]:
     """Queue partitions to try: A and B share one queue; hybrid also tries isolated and tool-heavy/inference-heavy
     (classes whose unloaded time is mostly tool CPU against the rest)."""
-    need = [c for c in workload.classes if c.sandbox_memory_gb > 0 or any(isinstance(s, CpuStage) for s in c.stages)]
+    need = [c for c in workload.classes if needs_queue(c)]
     names = [c.name for c in need]
     if not names:
         return [[]]
@@ -484,7 +484,8 @@ def _constraint_status(b: Built, p: Problem, sol: Solution) -> list[ConstraintSt
             binding = c.rhs - used < min_need[c.group] - 1e-9
             out.append(ConstraintStatus(group=c.group, name=c.name, used=used, available=c.rhs,
                                         unit=BUDGET_UNITS[c.group], binding=binding))
-        elif c.group in ("gpu_serving",) or c.group.startswith(("tool_cores:", "sandbox_memory:")):
+        elif c.group in ("gpu_serving",) or c.group.startswith(("tool_cores:", "sandbox_memory:", "sandbox_disk:",
+                                                                                   "io_bandwidth:")):
             pos = sum(a * vals.get(k, 0.0) for k, a in c.terms.items() if a > 0)
             neg = -sum(a * vals.get(k, 0.0) for k, a in c.terms.items() if a < 0)
             out.append(ConstraintStatus(group=c.group, name=c.name, used=pos, available=neg, unit="scaled",
@@ -565,6 +566,12 @@ def optimize(
         costs=s.assumptions.costs)
     options, servings = drop_twin_skus(options, servings)
     warnings_pre: list[str] = []
+    misfits = system_misfits(catalog, workload, rack, gpu_ids, cpu_ids)
+    has_llm = any(isinstance(st, GpuStage) for c in workload.classes for st in c.stages)
+    if misfits and not any(o.profile.gpus for o in options) and (has_llm or not options):
+        raise ValueError("no candidate GPU server fits an empty rack: " + "; ".join(misfits))
+    if gpu_ids is not None:  # the user asked for these GPUs: say why a system of them is not a candidate
+        warnings_pre += [m + " (left out of the candidates)" for m in misfits]
     operating_tasks_per_hour = None
     if objective == "min_tco_for_throughput":
         if required_tasks_per_hour is None:
@@ -638,7 +645,7 @@ def optimize(
             if ev is None:
                 break
             short = [bd for bd in ev.bounds if bd.tasks_per_hour < x_mip * (1 - 1e-7)]
-            if not memory and any(bd.kind == "memory" for bd in short):
+            if not memory and any(bd.kind in ("memory", "disk") for bd in short):
                 memory = coupled = True
                 continue
             # Tail-wait target, lazily as for memory: the solve without it is a relaxation, so an answer whose

@@ -132,6 +132,27 @@ def prune_dominated(options: list[ServerOption], capacity_only: bool = False,
     return keep
 
 
+def system_misfits(catalog: Catalog, workload: Workload, rack: Rack, gpu_ids: list[str] | None = None,
+                   cpu_ids: list[str] | None = None) -> list[str]:
+    """Rack-scale systems (within the GPU and CPU filters) that an empty rack of this profile cannot hold, each with
+    what the rack lacks (its fields and the numbers), at the system's lowest-power GPU and CPU."""
+    out = []
+    for ch in sorted(catalog.chassis, key=lambda c: c.id):
+        if not ch.rack_scale_system:
+            continue
+        gpus = [g for g in catalog.gpus if ch.accepts_gpu(g) and (gpu_ids is None or g.id in gpu_ids)]
+        cpus = [c for c in catalog.cpus if ch.accepts_cpu(c) and (cpu_ids is None or c.id in cpu_ids)]
+        if not gpus or not cpus:
+            continue
+        gpu, cpu = min(gpus, key=lambda g: g.tdp_w), min(cpus, key=lambda c: c.tdp_w)
+        p = server_profile(ch, cpu, gpu, min(ch.gpu_counts), 0.0, workload, None, 0.0)
+        short = rack.shortfalls(p.power_w, p.air_heat_w, p.liquid_heat_w, p.space_u)
+        if short:
+            out.append(f"rack-scale system {ch.id} is placed whole, and rack profile {rack.id} cannot hold one: "
+                       + "; ".join(short))
+    return out
+
+
 def enumerate_options(
     catalog: Catalog,
     workload: Workload,
@@ -148,6 +169,8 @@ def enumerate_options(
     servings: dict[str, GpuServing] = {}
     options: list[ServerOption] = []
     for ch in sorted(catalog.chassis, key=lambda c: c.id):
+        if ch.part_of_system is not None:  # a compute tray is bought only inside its whole rack-scale system
+            continue
         if ch.role == "cpu" and layout != "hybrid":
             continue
         if layout == "a":

@@ -681,6 +681,10 @@ def risks(res: OptimizeResult, cmp: LayoutComparison, sweeps: dict, sources: lis
             out.append(f"The bottleneck is {ev.bottleneck}: throughput scales with the tool work per task; if tools "
                        "are heavier than the workload file says, throughput falls in proportion (see the tool-time "
                        "sweep).")
+        elif ev.bottleneck_kind in ("disk", "io"):
+            out.append(f"The bottleneck is {ev.bottleneck}: sandbox storage (local NVMe capacity or bandwidth) limits "
+                       "throughput; the per-sandbox disk and per-call I/O figures of the workload decide it, so "
+                       "measure them in the pilot.")
         elif ev.bottleneck_kind in ("gpu", "orchestration"):
             out.append(f"The bottleneck is {ev.bottleneck}: serving rates (tokens per call, batching) decide the "
                        "throughput; verify them in the pilot.")

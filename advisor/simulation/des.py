@@ -34,12 +34,18 @@ Tool queues
     form does (`resolve_groups`). A tool call holds one slot for core_seconds / (parallelism x queue per-core perf)
     x G, G ~ gamma(mean 1, cv = stage cv) (exponential when cv = 1, constant when cv = 0).
 
+I/O stations
+    Each queue's sandbox disk I/O is io_streams FIFO slots (the queue's share of its servers' NVMe bandwidth /
+    `io_stream_mbps`, rounded down, as the closed form); an I/O stage occurrence holds one slot for
+    (read_mb + write_mb) / io_stream_mbps x G, G ~ gamma(mean 1, cv = stage cv). No core is held.
+
 Delays
     Gamma with the stage's mean and cv; they hold nothing.
 
 Sandbox memory (optional, on by default)
     A task holds its class's sandbox_memory_gb in its queue's memory (cores' share of server memory, as the closed
     form) from start to end; a task that does not fit waits FIFO before it starts (the wait counts in its time).
+    Sandbox disk (sandbox_disk_gb against the queue's share of local NVMe) is held the same way.
 
 Measurement
     A warm-up is discarded. Throughput counts completions in the window [warm-up, warm-up + duration); task times,
@@ -71,11 +77,11 @@ from models.catalog import Catalog
 from models.config import Configuration
 from models.performance import cpu_call_seconds, stage_gpu_latency_s
 from models.pipeline import _queues, resolve_groups
-from models.workload import CpuStage, DelayStage, GpuStage, Workload
+from models.workload import CpuStage, DelayStage, GpuStage, IoStage, Workload
 
 HOUR_S = 3600.0
-GPU, CPU, DELAY = 0, 1, 2
-KIND_NAME = {GPU: "gpu", CPU: "cpu", DELAY: "delay"}
+GPU, CPU, DELAY, IO = 0, 1, 2, 3
+KIND_NAME = {GPU: "gpu", CPU: "cpu", DELAY: "delay", IO: "io"}
 
 
 GUARD_EVERY_STAGES = 256
@@ -113,6 +119,7 @@ class ClassSpec:
     queue: str | None
     stages: list[StageSpec]
     blocks: list[list[int]]
+    disk_gb: float = 0.0
 
 
 @dataclass
@@ -136,6 +143,8 @@ class QueueSpec:
     slots: int
     mean_parallelism: float
     memory_gb: float
+    disk_gb: float = 0.0
+    io_streams: int = 0
 
 
 @dataclass
@@ -153,7 +162,8 @@ class SimModel:
             "gpu": [{"sku": s.sku, "replicas": s.replicas, "tp_degree": s.tp_degree, "L0_s": s.l0, "d_s": s.d,
                      "batch_limit": s.batch_limit, "speed": s.speed, "orchestration_theta": s.theta} for s in self.skus],
             "queues": [{"name": q.name, "cores": q.cores, "per_core_perf": q.per_core_perf, "slots": q.slots,
-                        "mean_parallelism": q.mean_parallelism, "memory_gb": q.memory_gb} for q in self.queues.values()],
+                        "mean_parallelism": q.mean_parallelism, "memory_gb": q.memory_gb, "disk_gb": q.disk_gb,
+                        "io_streams": q.io_streams} for q in self.queues.values()],
         }
 
 
@@ -213,11 +223,15 @@ def build_model(config: Configuration, workload: Workload, catalog: Catalog,
     qcores: dict[str, float] = {q.name: 0.0 for q in queues}
     qcap: dict[str, float] = {q.name: 0.0 for q in queues}
     qmem: dict[str, float] = {q.name: 0.0 for q in queues}
+    qdisk: dict[str, float] = {q.name: 0.0 for q in queues}
+    qio: dict[str, float] = {q.name: 0.0 for q in queues}
     for g in groups:
         for qn, c in g.queue_cores.items():
             qcores[qn] += g.count * c
             qcap[qn] += g.count * c * g.profile.per_core_perf
             qmem[qn] += g.count * c * g.profile.memory_per_core_gb
+            qdisk[qn] += g.count * c * g.profile.disk_per_core_gb
+            qio[qn] += g.count * c * g.profile.io_mbps_per_core
     qperf = {q: (qcap[q] / qcores[q] if qcores[q] > 0 else 1.0) for q in qcores}
     hold: dict[str, float] = {q: 0.0 for q in qcores}
     ctime: dict[str, float] = {q: 0.0 for q in qcores}
@@ -232,7 +246,8 @@ def build_model(config: Configuration, workload: Workload, catalog: Catalog,
     for q in queues:
         pbar = hold[q.name] / ctime[q.name] if ctime[q.name] > 0 else 1.0
         slots = int(math.floor(qcores[q.name] / pbar + 1e-9))
-        qspecs[q.name] = QueueSpec(q.name, qcores[q.name], qperf[q.name], slots, pbar, qmem[q.name])
+        qspecs[q.name] = QueueSpec(q.name, qcores[q.name], qperf[q.name], slots, pbar, qmem[q.name], qdisk[q.name],
+                                   int(math.floor(qio[q.name] / a.io_stream_mbps + 1e-9)))
 
     classes = []
     for c in workload.classes:
@@ -251,10 +266,17 @@ def build_model(config: Configuration, workload: Workload, catalog: Catalog,
                 specs.append(StageSpec(key, s.name, CPU, s.count, s.count_cv, s.cv,
                                        mean_s=cpu_call_seconds(s, qperf[qn]), parallelism=s.parallelism, queue=qn,
                                        stage=s))
+            elif isinstance(s, IoStage):
+                if qspecs[qn].io_streams < 1:
+                    raise ValueError(f"queue {qn!r} has {qio[qn]:,.0f} MB/s of local NVMe bandwidth: no room for one "
+                                     f"I/O stream of {a.io_stream_mbps:,.0f} MB/s")
+                specs.append(StageSpec(key, s.name, IO, s.count, s.count_cv, s.cv, mean_s=s.io_mb / a.io_stream_mbps,
+                                       queue=qn, stage=s))
             else:
                 assert isinstance(s, DelayStage)
                 specs.append(StageSpec(key, s.name, DELAY, s.count, s.count_cv, s.cv, mean_s=s.seconds, stage=s))
-        classes.append(ClassSpec(c.name, c.share, c.sandbox_memory_gb, qn, specs, stage_blocks(specs)))
+        classes.append(ClassSpec(c.name, c.share, c.sandbox_memory_gb, qn, specs, stage_blocks(specs),
+                                 c.sandbox_disk_gb))
     return SimModel(classes, skus, qspecs, workload.id, config.name)
 
 
@@ -483,7 +505,10 @@ class _Run:
         self.env = simpy.Environment()
         self.gpu = _GpuPool(self.env, model.skus) if model.skus else None
         self.queues = {n: _CpuQueue(self.env, q) for n, q in model.queues.items()}
+        self.io = {n: _CpuQueue(self.env, QueueSpec(n, q.io_streams, 1.0, q.io_streams, 1.0, 0.0))
+                   for n, q in model.queues.items() if q.io_streams > 0}
         self.mem = {}
+        self.disk = {}
         if st.memory_limit:
             for n, q in model.queues.items():
                 need = max((c.memory_gb for c in model.classes if c.queue == n), default=0.0)
@@ -491,6 +516,11 @@ class _Run:
                     if q.memory_gb < need:
                         raise ValueError(f"queue {n!r} has {q.memory_gb:g} GB of sandbox memory, less than one task needs")
                     self.mem[n] = simpy.Container(self.env, capacity=q.memory_gb, init=q.memory_gb)
+                need = max((c.disk_gb for c in model.classes if c.queue == n), default=0.0)
+                if need > 0:
+                    if q.disk_gb < need:
+                        raise ValueError(f"queue {n!r} has {q.disk_gb:g} GB of sandbox disk, less than one task needs")
+                    self.disk[n] = simpy.Container(self.env, capacity=q.disk_gb, init=q.disk_gb)
         ut = unloaded_times(model)
         mix = sum(c.share * ut[c.name] for c in model.classes)
         self.warm = st.warmup_s if st.warmup_s is not None else min(st.duration_s, max(3 * mix, 2 * max(ut.values())))
@@ -512,6 +542,8 @@ class _Run:
         self.measured_by_class = [0] * ncls
         self.calls_by_queue = {n: 0 for n in model.queues}
         self.wait_by_queue = {n: 0.0 for n in model.queues}
+        self.io_calls_by_queue = {n: 0 for n in model.queues}
+        self.io_wait_by_queue = {n: 0.0 for n in model.queues}
         self.gpu_calls = 0
         self.gpu_call_time = 0.0
         self.snap0 = self.snap1 = None
@@ -541,6 +573,9 @@ class _Run:
         cont = self.mem.get(cls.queue) if cls.memory_gb > 0 else None
         if cont is not None:
             yield cont.get(cls.memory_gb)
+        dcont = self.disk.get(cls.queue) if cls.disk_gb > 0 else None
+        if dcont is not None:
+            yield dcont.get(cls.disk_gb)
         u = rng.random() if self.st.count_coupling == "comonotone" else None
         counts = [self._count(s, u) for s in cls.stages]
         times = self.stage_time[ci] if measured else None
@@ -573,6 +608,18 @@ class _Run:
                             waits[i] += ts - t0
                             self.calls_by_queue[s.queue] += 1
                             self.wait_by_queue[s.queue] += ts - t0
+                    elif s.kind == IO:
+                        q = self.io[s.queue]
+                        ev = q.try_acquire(1.0)
+                        if ev is not None:
+                            yield ev
+                        ts = env.now
+                        yield env.timeout(self._gamma(s.mean_s, s.cv))
+                        q.release(1.0)
+                        if measured:
+                            waits[i] += ts - t0
+                            self.io_calls_by_queue[s.queue] += 1
+                            self.io_wait_by_queue[s.queue] += ts - t0
                     else:
                         ev = env.event()
                         g = self._gamma(1.0, s.cv)
@@ -591,6 +638,8 @@ class _Run:
                         self._check_limits()
         if cont is not None:
             yield cont.put(cls.memory_gb)
+        if dcont is not None:
+            yield dcont.put(cls.disk_gb)
         now = env.now
         if self.w0 <= now < self.w1:
             self.completions += 1
@@ -619,7 +668,8 @@ class _Run:
         self.snap0 = self._take()
 
     def _take(self):
-        return (self.gpu.snapshot() if self.gpu else None, {n: q.snapshot() for n, q in self.queues.items()})
+        return (self.gpu.snapshot() if self.gpu else None, {n: q.snapshot() for n, q in self.queues.items()},
+                {n: q.snapshot() for n, q in self.io.items()})
 
     def _check_limits(self) -> None:
         if time.monotonic() > self.deadline:
@@ -671,8 +721,8 @@ class _Run:
         r["throughput_mix_tasks_per_hour"] = min(self.class_completions[i] / (c.share * D) * HOUR_S
                                                  for i, c in enumerate(m.classes))
         util: dict[str, float] = {}
-        g0, q0 = self.snap0
-        g1, q1 = self.snap1
+        g0, q0, io0 = self.snap0
+        g1, q1, io1 = self.snap1
         if self.gpu:
             util["gpu"] = (g1[1] - g0[1]) / (self.gpu.max_rate * D)
             r["gpu_mean_calls_in_service"] = (g1[0] - g0[0]) / D
@@ -685,6 +735,10 @@ class _Run:
                 util[f"cpu_slots:{n}"] = (q1[n][1] - q0[n][1]) / (q.spec.slots * D)
                 calls = self.calls_by_queue[n]
                 r.setdefault("tool_wait_mean_s", {})[n] = self.wait_by_queue[n] / calls if calls else 0.0
+        for n, q in self.io.items():
+            util[f"io:{n}"] = (io1[n][1] - io0[n][1]) / (q.spec.slots * D)
+            calls = self.io_calls_by_queue[n]
+            r.setdefault("io_wait_mean_s", {})[n] = self.io_wait_by_queue[n] / calls if calls else 0.0
         r["utilization"] = util
         tt = np.asarray(self.task_times)
         r["tasks_measured"] = int(tt.size)
@@ -698,11 +752,15 @@ class _Run:
                 for i, s in enumerate(c.stages):
                     shares[s.key] = shares.get(s.key, 0.0) + self.stage_time[ci][i] / total
             r["stage_shares"] = shares
+            kinds = ("gpu", "cpu", "delay") + (("io",) if self.io else ())
             r["resource_shares"] = {
-                k: sum(self.stage_time[ci][i] - (self.stage_wait[ci][i] if k == "cpu" else 0.0)
+                k: sum(self.stage_time[ci][i] - (self.stage_wait[ci][i] if k in ("cpu", "io") else 0.0)
                        for ci, c in enumerate(m.classes) for i, s in enumerate(c.stages) if KIND_NAME[s.kind] == k) / total
-                for k in ("gpu", "cpu", "delay")}
-            r["resource_shares"]["cpu_wait"] = sum(sum(w) for w in self.stage_wait) / total
+                for k in kinds}
+            for k in ("cpu", "io")[:len(kinds) - 2]:
+                r["resource_shares"][f"{k}_wait"] = sum(
+                    self.stage_wait[ci][i] for ci, c in enumerate(m.classes) for i, s in enumerate(c.stages)
+                    if KIND_NAME[s.kind] == k) / total
             if st.keep_task_times:
                 r["task_times"] = tt.tolist()
         return r
@@ -732,7 +790,7 @@ def summarize(reps: list[dict]) -> dict:
     for k in SCALARS:
         if any(k in r for r in ok):
             out[k] = _ci([r.get(k) for r in ok])
-    for group in ("utilization", "stage_shares", "resource_shares", "tool_wait_mean_s",
+    for group in ("utilization", "stage_shares", "resource_shares", "tool_wait_mean_s", "io_wait_mean_s",
                   "class_throughput_tasks_per_hour"):
         keys = sorted({k for r in ok for k in r.get(group, {})})
         if keys:

@@ -57,7 +57,7 @@ import numpy as np
 
 from advisor.errors import InputError
 
-RESOURCES = {"gpu": "gpu", "cpu": "cpu", "delay": "delay", "llm": "gpu", "tool": "cpu", "wait": "delay"}
+RESOURCES = {"gpu": "gpu", "cpu": "cpu", "delay": "delay", "io": "delay", "llm": "gpu", "tool": "cpu", "wait": "delay"}
 REQUIRED = ("task_id", "class", "stage", "resource", "start", "end")
 OTEL_MAP = {
     "agent.task_id": "task_id", "agent.class": "class", "agent.stage": "stage", "agent.resource": "resource",

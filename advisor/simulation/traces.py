@@ -26,7 +26,12 @@ import numpy as np
 from advisor.simulation.des import stage_blocks as _blocks
 from models.hardware import CpuSku, GpuSku
 from models.performance import gpu_serving, stage_gpu_latency_s
-from models.workload import CpuStage, GpuStage, Workload
+from models.assumptions import ModelAssumptions
+from models.workload import CpuStage, GpuStage, IoStage, Workload
+
+IO_STREAM_MBPS = ModelAssumptions().io_stream_mbps
+"""Bandwidth of one I/O stage's stream in generated traces (the model's default; a fitted workload reads the
+measured I/O time back as a delay, since spans carry no MB)."""
 
 FIELDS = ("task_id", "class", "stage", "resource", "start", "end", "tokens_in", "tokens_cached", "tokens_out",
           "cores", "sandbox_memory_gb")
@@ -82,6 +87,8 @@ def generate_spans(workload: Workload, tasks: int, seed: int, gpu: GpuSku, cpu: 
                     elif isinstance(s, CpuStage):
                         dur = _gamma(rng, s.core_seconds / (s.parallelism * cpu.per_core_perf), s.cv)
                         row["cores"] = s.parallelism
+                    elif isinstance(s, IoStage):  # unloaded: the I/O at one stream's bandwidth
+                        dur = _gamma(rng, s.io_mb / IO_STREAM_MBPS, s.cv)
                     else:
                         dur = _gamma(rng, s.seconds, s.cv)
                     row["start"] = round(t, 6)
