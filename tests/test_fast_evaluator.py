@@ -23,7 +23,7 @@ from models.queueing import Station, clear_caches, exact_mva
 from models.screening import configuration_of, screen, server_menu
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import reference_impl as ref  # noqa: E402
+import reference_impl as ref
 
 REL = 1e-9
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
