@@ -15,12 +15,13 @@ from pydantic import ValidationError
 from advisor.errors import InputError, describe_validation
 from models.catalog import Catalog, UnknownId
 from models.config import Configuration
-from models.hardware import Chassis, CpuSku, GpuSku, Rack, RackSystem
+from models.hardware import Chassis, CpuSku, GpuSku, Rack, RackSystem, Switch
 from models.workload import ServedModel, Workload
 
 TABLES = {"cpus": CpuSku, "gpus": GpuSku, "chassis": Chassis, "racks": Rack, "served_models": ServedModel}
-OPTIONAL_TABLES = {"systems": RackSystem}
-"""Tables a catalog folder may leave out (a folder without systems.yaml has no rack-scale systems)."""
+OPTIONAL_TABLES = {"systems": RackSystem, "switches": Switch}
+"""Tables a catalog folder may leave out (empty then): a folder without systems.yaml has no rack-scale systems, one
+without switches.yaml has racks without a top-of-rack switch."""
 MAX_FILE_BYTES = 2_000_000
 """Largest catalog or input file read (a guard against runaway inputs; real catalogs are tens of KB)."""
 
@@ -149,8 +150,9 @@ def workload_from_data(data: Any, where: str, served_models) -> Workload:
 def load_catalog(folder: Path | None = None) -> Catalog:
     folder = folder or builtin_dir()
     tables = {name: _entries(folder / f"{name}.yaml", model) for name, model in TABLES.items()}
-    tables.update({name: _entries(folder / f"{name}.yaml", model) for name, model in OPTIONAL_TABLES.items()
-                   if (folder / f"{name}.yaml").exists()})
+    for name, model in OPTIONAL_TABLES.items():
+        if (folder / f"{name}.yaml").exists():
+            tables[name] = _entries(folder / f"{name}.yaml", model)
     try:
         partial = Catalog.build(**tables)
     except ValueError as e:
@@ -173,6 +175,11 @@ def check_references(cat: Catalog, folder: Path) -> None:
         if ch.part_of_system is not None and ch.part_of_system not in cat.systems:
             raise InputError(f"{folder}/chassis.yaml: entry {ch.id!r}: part_of_system: "
                              f"{UnknownId('system', ch.part_of_system, list(cat.systems.entries))}")
+    for rk in cat.racks:
+        try:
+            check_rack_switch(rk, cat)
+        except ValueError as e:
+            raise InputError(f"{folder}/racks.yaml: entry {rk.id!r}: {e}") from None
     for sm in cat.served_models:
         for i, c in enumerate(sm.calibrations):
             if c.gpu not in cat.gpus:
@@ -180,6 +187,13 @@ def check_references(cat: Catalog, folder: Path) -> None:
                     f"{folder}/served_models.yaml: entry {sm.id!r}: calibrations[{i}].gpu: "
                     f"{UnknownId('gpu', c.gpu, list(cat.gpus.entries))}"
                 )
+
+
+def check_rack_switch(rack: Rack, cat: Catalog) -> None:
+    """The rack's top-of-rack switch exists and leaves ports for servers after its uplinks."""
+    from models.rack_physics import rack_switch
+
+    rack_switch(rack, cat)
 
 
 @functools.lru_cache(maxsize=1)
@@ -232,9 +246,14 @@ def load_rack(ref: str | dict, catalog: Catalog) -> Rack:
         data = ref if isinstance(ref, dict) else read_yaml(Path(ref))
         where = "rack" if isinstance(ref, dict) else ref
         try:
-            return Rack.model_validate(data)
+            rack = Rack.model_validate(data)
         except ValidationError as err:
             raise InputError(describe_validation(err, where)) from None
+        try:
+            check_rack_switch(rack, catalog)
+        except ValueError as e:
+            raise InputError(f"{where}: {e}") from None
+        return rack
     try:
         return catalog.racks[ref]
     except UnknownId as e:

@@ -5,7 +5,7 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from models.hardware import Chassis, CpuSku, GpuSku, Rack, RackSystem
+from models.hardware import Chassis, CpuSku, GpuSku, Rack, RackSystem, Switch
 from models.workload import ServedModel, Workload
 
 T = TypeVar("T")
@@ -75,9 +75,11 @@ class Catalog(BaseModel):
     served_models: Table[ServedModel]
     workloads: Table[Workload]
     systems: Table[RackSystem]
+    switches: Table[Switch]
 
     @classmethod
-    def build(cls, cpus=(), gpus=(), chassis=(), racks=(), served_models=(), workloads=(), systems=()) -> "Catalog":
+    def build(cls, cpus=(), gpus=(), chassis=(), racks=(), served_models=(), workloads=(), systems=(),
+              switches=()) -> "Catalog":
         chassis, systems = list(chassis), list(systems)
         trays = {c.id: c for c in chassis}
         for s in systems:
@@ -94,4 +96,5 @@ class Catalog(BaseModel):
             served_models=Table("served model", list(served_models)),
             workloads=Table("workload", list(workloads)),
             systems=Table("system", systems),
+            switches=Table("switch", list(switches)),
         )

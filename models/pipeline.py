@@ -7,7 +7,8 @@ that hold nothing). The model computes:
 - latencies at an operating point: open arrivals (GPU batching station solved as a birth-death chain, tool queues
   as M/M/c) or a closed loop of agents (exact product-form solution with load-dependent stations);
 - stage time shares, utilization, GPU idle time and the part of it spent waiting on CPU stages;
-- power, air and liquid heat and space per rack against the rack budgets.
+- power, air and liquid heat, space and weight per rack against the rack budgets, the load on each power feed in
+  normal operation and after a feed (side) is lost, and the top-of-rack switches the servers' NIC ports need.
 Equations and sources: docs/model.md.
 """
 
@@ -35,6 +36,8 @@ from models.queueing import (
     mmc_mean_wait,
     mmc_wait_second_moment,
 )
+from models.rack_physics import (FeedLoad, check_server_ports, feed_loads, planning_power_fraction, psu_warning,
+                                 rack_switch, switches_needed)
 from models.server import ServerProfile, server_profile
 from models.tco import ServerUse, Tco, tco
 from models.workload import CpuStage, GpuStage, IoStage, Workload
@@ -86,6 +89,23 @@ class RackUsage(Frozen):
     space_budget_u: int
     exceeded: list[str]
     """Budgets this rack exceeds, with by how much."""
+    feed_budget_w: float | None = None
+    """What the feeds carry after the loss the redundancy covers, at the continuous-load factor (None: no feed
+    model)."""
+    feeds: list[FeedLoad] = Field(default_factory=list)
+    """Per power feed: load in normal operation and with one feed (2N: one side) lost, against its derated rating."""
+    weight_kg: float = 0.0
+    """Servers, switches and reserved gear."""
+    weight_budget_kg: float | None = None
+    """The rack's static load rating (None: not limited)."""
+    switches: int = 0
+    """Top-of-rack switches the servers' NIC ports need (ceil(ports / server ports per switch))."""
+    switch_power_w: float = 0.0
+    """Their power (inside power_w and air_heat_w)."""
+    network_ports: int = 0
+    """Server NIC ports on the top-of-rack switches."""
+    network_ports_available: int = 0
+    """Server ports the placed switches offer."""
 
 
 class QueueFigures(Frozen):
@@ -221,9 +241,11 @@ def resolve_groups(
     config: Configuration, workload: Workload, catalog: Catalog, assumptions: ModelAssumptions,
     rack: Rack | None = None,
 ) -> tuple[list[_Group], dict[str, GpuServing]]:
-    """Server groups with their per-server profiles; with `rack`, a rack-scale system the rack profile cannot hold
-    even when empty is an error naming the rack's fields and the numbers."""
+    """Server groups with their per-server profiles. With `rack`: power planned on the rack's basis, NIC ports
+    checked against its switch, and a rack-scale system the rack profile cannot hold even when empty is an error
+    naming the rack's fields and the numbers (None: nameplate, no checks)."""
     queues = _queues(config, workload)
+    switch = rack_switch(rack, catalog) if rack is not None else None
     servings: dict[str, GpuServing] = {}
     groups: list[_Group] = []
     for i, g in enumerate(config.servers):
@@ -260,15 +282,19 @@ def resolve_groups(
         elif chassis.role == "gpu":
             raise ValueError(f"{where}: chassis {chassis.id} is a GPU server; give gpu and gpus_per_server")
         try:
+            if rack is not None:
+                check_server_ports(chassis, rack, switch)
             prof = server_profile(
                 chassis, cpu, gpu, g.gpus_per_server, g.orchestration_cores_per_gpu, workload,
                 servings.get(skey) if gpu else None, assumptions.host_os_reserved_memory_gb,
                 skey if gpu else None, assumptions.costs,
+                planning_power_fraction(chassis, rack) if rack is not None else 1.0,
             )
         except ValueError as e:
             raise ValueError(f"{where}: {e}") from None
         if chassis.rack_scale_system and rack is not None:
-            short = rack.shortfalls(prof.power_w, prof.air_heat_w, prof.liquid_heat_w, prof.space_u)
+            short = rack.shortfalls(prof.power_w, prof.air_heat_w, prof.liquid_heat_w, prof.space_u,
+                                    chassis.weight_kg)
             if short:
                 raise ValueError(f"{where}.chassis: rack-scale system {chassis.id} is placed whole, and rack "
                                  f"profile {rack.id} cannot hold one: " + "; ".join(short))
@@ -743,27 +769,14 @@ def evaluate(
     ) for q in queues]
 
     # --- Racks.
-    racks: list[RackUsage] = []
-    for r in range(config.racks):
-        gs = [g for g in groups if g.rack == r]
-        pw = sum(g.count * g.profile.power_w for g in gs) + rack.reserved_power_w
-        air = sum(g.count * g.profile.air_heat_w for g in gs) + rack.reserved_power_w
-        liq = sum(g.count * g.profile.liquid_heat_w for g in gs)
-        u = sum(g.count * g.profile.space_u for g in gs) + rack.reserved_u
-        ex = []
-        for label, used, cap, unit in (
-            ("power", pw, rack.power_kw * 1000, "W"), ("cooling_air", air, rack.air_cooling_kw * 1000, "W"),
-            ("cooling_liquid", liq, rack.liquid_cooling_kw * 1000, "W"), ("space", u, rack.height_u, "U"),
-        ):
-            if used > cap + 1e-9:
-                ex.append(f"{label}: {used:,.0f} {unit} used of {cap:,.0f} {unit} (over by {used - cap:,.0f} {unit})")
-        racks.append(RackUsage(rack=r, power_w=pw, air_heat_w=air, liquid_heat_w=liq, space_u=u,
-                               power_budget_w=rack.power_kw * 1000, air_cooling_w=rack.air_cooling_kw * 1000,
-                               liquid_cooling_w=rack.liquid_cooling_kw * 1000, space_budget_u=rack.height_u,
-                               exceeded=ex))
+    racks = rack_usage(groups, rack, config.racks, rack_switch(rack, catalog))
     for ru in racks:
         for e in ru.exceeded:
             warnings.append(f"rack {ru.rack} exceeds {e}")
+    for g in groups:
+        psu = psu_warning(g.profile.chassis, g.profile.power_w, rack)
+        if psu and psu not in warnings:
+            warnings.append(psu)
 
     serving_info = {
         sku: {"tp_degree": s.tp_degree, "batch_limit": s.batch_limit, "call_latency_s": s.call_latency_s,
@@ -788,8 +801,46 @@ def evaluate(
         racks=racks, within_budgets=not any(r.exceeded for r in racks),
         gpus=sum(g.count * g.profile.gpus for g in groups), cores=sum(g.count * g.profile.cores for g in groups),
         serving=serving_info, warnings=warnings,
-        tco=configuration_tco(groups, queues, workload, rack, config.racks, min(lam * HOUR_S, x_star * HOUR_S), a),
+        tco=configuration_tco(groups, queues, workload, rack, config.racks, min(lam * HOUR_S, x_star * HOUR_S), a,
+                              sum(r.switch_power_w for r in racks)),
     )
+
+
+def rack_usage(groups: list[_Group], rack: Rack, n_racks: int, switch) -> list[RackUsage]:
+    """Budgets used per rack: servers plus the top-of-rack switches their NIC ports need plus the reserved gear."""
+    out: list[RackUsage] = []
+    for r in range(n_racks):
+        gs = [g for g in groups if g.rack == r]
+        ports = sum(g.count * g.profile.chassis.network_ports for g in gs)
+        k = switches_needed(ports, rack, switch)
+        sw_w = k * switch.power_w if switch else 0.0
+        pw = sum(g.count * g.profile.power_w for g in gs) + rack.reserved_power_w + sw_w
+        air = sum(g.count * g.profile.air_heat_w for g in gs) + rack.reserved_power_w + sw_w
+        liq = sum(g.count * g.profile.liquid_heat_w for g in gs)
+        u = sum(g.count * g.profile.space_u for g in gs) + rack.reserved_u + (k * switch.height_u if switch else 0)
+        kg = (sum(g.count * g.profile.chassis.weight_kg for g in gs) + rack.reserved_weight_kg
+              + (k * switch.weight_kg if switch else 0.0))
+        feeds = feed_loads(rack, pw)
+        checks = [("power", pw, rack.power_kw * 1000, "W"), ("cooling_air", air, rack.air_cooling_kw * 1000, "W"),
+                  ("cooling_liquid", liq, rack.liquid_cooling_kw * 1000, "W"), ("space", u, rack.height_u, "U")]
+        if rack.feed_budget_w is not None:
+            checks.append(("power_feed", pw, rack.feed_budget_w, "W"))
+        if rack.max_weight_kg is not None:
+            checks.append(("weight", kg, rack.max_weight_kg, "kg"))
+        ex = []
+        for label, used, cap, unit in checks:
+            if used > cap + 1e-9 * max(1.0, cap):
+                what = (f" ({rack.redundancy}: {rack.surviving_feeds} of {rack.feeds} feeds x "
+                        f"{rack.feed_rating_w:,.0f} W x {rack.continuous_load_factor:g})") if label == "power_feed" else ""
+                ex.append(f"{label}: {used:,.0f} {unit} used of {cap:,.0f} {unit}{what} (over by {used - cap:,.0f} {unit})")
+        out.append(RackUsage(rack=r, power_w=pw, air_heat_w=air, liquid_heat_w=liq, space_u=u,
+                             power_budget_w=rack.power_kw * 1000, air_cooling_w=rack.air_cooling_kw * 1000,
+                             liquid_cooling_w=rack.liquid_cooling_kw * 1000, space_budget_u=rack.height_u,
+                             exceeded=ex, feed_budget_w=rack.feed_budget_w, feeds=feeds, weight_kg=kg,
+                             weight_budget_kg=rack.max_weight_kg, switches=k, switch_power_w=sw_w,
+                             network_ports=ports,
+                             network_ports_available=k * (switch.ports - rack.uplinks_per_switch) if switch else 0))
+    return out
 
 
 def queue_work_per_task(workload: Workload, queues: list[Queue]) -> dict[str, float]:
@@ -800,10 +851,12 @@ def queue_work_per_task(workload: Workload, queues: list[Queue]) -> dict[str, fl
 
 
 def configuration_tco(groups: list[_Group], queues: list[Queue], workload: Workload, rack: Rack, racks: int,
-                      operating_tasks_per_hour: float, a: ModelAssumptions) -> Tco:
+                      operating_tasks_per_hour: float, a: ModelAssumptions, switch_power_w: float = 0.0) -> Tco:
+    """`switch_power_w`: top-of-rack switches of the whole row, drawn with the reserved gear."""
     uses = [ServerUse(count=g.count, chassis=g.profile.chassis, cpu=g.profile.cpu, gpu=g.profile.gpu,
                       gpus=g.profile.gpus, serving_tasks_per_s=g.profile.serving_tasks_per_s,
                       gpu_tasks_per_s=g.profile.gpu_tasks_per_s, queue_cores=g.queue_cores) for g in groups]
     has_llm = any(isinstance(s, GpuStage) for c in workload.classes for s in c.stages)
     return tco(uses, operating_tasks_per_hour, queue_work_per_task(workload, queues),
-               call_mix(workload).orchestration_core_s_per_task, has_llm, racks, rack.reserved_power_w, a.costs)
+               call_mix(workload).orchestration_core_s_per_task, has_llm, racks,
+               rack.reserved_power_w + switch_power_w / racks, a.costs)

@@ -23,7 +23,8 @@ class ServerProfile:
     gpus: int
     orchestration_cores_per_gpu: float
     power_w: float
-    """Provisioned power: base + sockets x CPU TDP + GPUs x GPU TDP."""
+    """Planned power: base + sockets x CPU TDP + GPUs x GPU TDP (nameplate), times the measured-peak fraction
+    where the rack plans on measured peak."""
     air_heat_w: float
     liquid_heat_w: float
     space_u: int
@@ -81,8 +82,11 @@ def server_profile(
     os_reserved_memory_gb: float,
     serving_key: str | None = None,
     costs: CostAssumptions | None = None,
+    power_fraction: float = 1.0,
 ) -> ServerProfile:
-    power = chassis.base_power_w + chassis.cpu_sockets * cpu.tdp_w + (gpus * gpu.tdp_w if gpu else 0.0)
+    """`power_fraction`: share of nameplate planned (`models.rack_physics.planning_power_fraction`)."""
+    power = (chassis.base_power_w + chassis.cpu_sockets * cpu.tdp_w + (gpus * gpu.tdp_w if gpu else 0.0)) \
+        * power_fraction
     liquid = power * chassis.liquid_capture_fraction
     cores = chassis.cpu_sockets * cpu.cores
     orch = orchestration_cores_per_gpu * gpus

@@ -19,6 +19,11 @@ Each unit of serving from option o costs perf_o / k_o units of tool capacity, so
 buy serving from the cheapest options first until the tool constraint meets the serving one
 (`continuous_optimum`, exact). `continuous_optimum_lp` solves the same LP with scipy's HiGHS as a cross-check.
 
+Per rack the budgets are power, air, liquid, space and, where the rack has them, the feeds' surviving derated
+capacity and the weight limit; where the rack names a top-of-rack switch, a rack holding server vector n also holds
+ceil(sum ports_o n_o / (switch ports - uplinks)) switches, whose power, air heat, U and weight count too (computed
+here from the catalog figures, not by the package).
+
 Only ServerProfile figures and `enumerate_options(..., prune=False)` (the candidate list) are taken from the
 package; budgets, enumeration and the continuous optimum are computed here.
 """
@@ -35,7 +40,7 @@ from advisor.catalog import load_catalog
 from advisor.optimizer.options import ServerOption, enumerate_options
 from advisor.optimizer.settings import OptimizerSettings
 from models.catalog import Catalog
-from models.hardware import Rack, RackSystem
+from models.hardware import Rack, RackSystem, Switch
 from models.workload import CpuStage, GpuStage, Workload
 
 HOUR_S = 3600.0
@@ -153,32 +158,61 @@ def continuous_optimum_lp(options: list[ServerOption], counts, workload: Workloa
 
 
 def _budgets(rack: Rack) -> list[float]:
+    import math as _m
+
+    feed = _m.inf
+    if rack.feed_kw is not None or rack.feed_voltage_v is not None:
+        rating = rack.feed_kw * 1000.0 if rack.feed_kw is not None else (
+            (_m.sqrt(3.0) if rack.feed_phases == 3 else 1.0) * rack.feed_voltage_v * rack.feed_current_a)
+        alive = {"2N": rack.feeds // 2, "N+1": rack.feeds - 1, "none": rack.feeds}[rack.redundancy]
+        feed = rating * rack.continuous_load_factor * alive - rack.reserved_power_w
+    weight = _m.inf if rack.max_weight_kg is None else rack.max_weight_kg - rack.reserved_weight_kg
     return [rack.power_kw * 1000.0 - rack.reserved_power_w,
             rack.air_cooling_kw * 1000.0 - rack.reserved_power_w,
             rack.liquid_cooling_kw * 1000.0,
-            float(rack.height_u - rack.reserved_u)]
+            float(rack.height_u - rack.reserved_u),
+            feed, weight]
 
 
 def _usage(o: ServerOption) -> list[float]:
     p = o.profile
-    return [p.power_w, p.air_heat_w, p.liquid_heat_w, float(p.space_u)]
+    return [p.power_w, p.air_heat_w, p.liquid_heat_w, float(p.space_u), p.power_w, p.chassis.weight_kg]
 
 
-def rack_vectors(options: list[ServerOption], rack: Rack) -> list[tuple[int, ...]]:
-    """Every integer count vector (one rack) within the rack's power, air, liquid and space budgets."""
+def _switch_usage(sw: Switch) -> list[float]:
+    return [sw.power_w, sw.power_w, 0.0, float(sw.height_u), sw.power_w, sw.weight_kg]
+
+
+def switches_for(options: list[ServerOption], counts, rack: Rack, switch: Switch | None) -> int:
+    """Top-of-rack switches a rack holding `counts` needs."""
+    ports = sum(o.profile.chassis.network_ports * n for o, n in zip(options, counts))
+    if switch is None or ports == 0:
+        return 0
+    down = switch.ports - rack.uplinks_per_switch
+    return -(-ports // down)
+
+
+def rack_vectors(options: list[ServerOption], rack: Rack, switch: Switch | None = None) -> list[tuple[int, ...]]:
+    """Every integer count vector (one rack) within the rack's power, air, liquid, space, feed and weight budgets,
+    with the switches its NIC ports need."""
     cap = _budgets(rack)
     use = [_usage(o) for o in options]
-    tol = [BUDGET_REL_TOL * max(1.0, abs(c)) for c in cap]
+    nb = len(cap)
+    tol = [BUDGET_REL_TOL * max(1.0, abs(c)) if c != float("inf") else 0.0 for c in cap]
     out: list[tuple[int, ...]] = []
+    sw_use = _switch_usage(switch) if switch is not None else None
 
     def rec(i: int, left: list[float], cur: list[int]) -> None:
         if i == len(options):
+            k = switches_for(options, cur, rack, switch)
+            if k and any(left[j] - k * sw_use[j] < -tol[j] for j in range(nb)):
+                return
             out.append(tuple(cur))
             return
         n = 0
         while True:
-            rem = [left[j] - n * use[i][j] for j in range(4)]
-            if any(rem[j] < -tol[j] for j in range(4)):
+            rem = [left[j] - n * use[i][j] for j in range(nb)]
+            if any(rem[j] < -tol[j] for j in range(nb)):
                 break
             cur.append(n)
             rec(i + 1, rem, cur)
@@ -193,13 +227,35 @@ def rack_vectors(options: list[ServerOption], rack: Rack) -> list[tuple[int, ...
     return out
 
 
-def total_vectors(options: list[ServerOption], rack: Rack, racks: int) -> set[tuple[int, ...]]:
+def total_vectors(options: list[ServerOption], rack: Rack, racks: int,
+                  switch: Switch | None = None) -> set[tuple[int, ...]]:
     """Server totals reachable with `racks` identical racks (Minkowski sum of the per-rack sets)."""
-    one = rack_vectors(options, rack)
+    one = rack_vectors(options, rack, switch)
     acc = {tuple(0 for _ in options)}
     for _ in range(racks):
         acc = {tuple(a + b for a, b in zip(x, y)) for x in acc for y in one}
     return acc
+
+
+def switches_by_total(options: list[ServerOption], rack: Rack, racks: int,
+                      switch: Switch | None) -> dict[tuple[int, ...], int]:
+    """Every reachable server total of `racks` racks, with the fewest top-of-rack switches any split of it over the
+    racks needs (0 without a switch)."""
+    one = [(v, switches_for(options, v, rack, switch)) for v in rack_vectors(options, rack, switch)]
+    acc = {tuple(0 for _ in options): 0}
+    for _ in range(racks):
+        nxt: dict[tuple[int, ...], int] = {}
+        for x, kx in acc.items():
+            for y, ky in one:
+                t = tuple(a + b for a, b in zip(x, y))
+                if t not in nxt or kx + ky < nxt[t]:
+                    nxt[t] = kx + ky
+        acc = nxt
+    return acc
+
+
+def rack_switch_of(catalog: Catalog, rack: Rack) -> Switch | None:
+    return None if rack.tor_switch is None else catalog.switches[rack.tor_switch]
 
 
 @dataclass
@@ -235,7 +291,7 @@ def oracle(catalog: Catalog, workload: Workload, rack: Rack, layout: str, racks:
     if layout == "a":
         raise ValueError("layout A's GPU-first stage is not modelled by the oracle")
     options = candidate_options(catalog, workload, rack, layout)
-    vecs = total_vectors(options, rack, racks)
+    vecs = total_vectors(options, rack, racks, rack_switch_of(catalog, rack))
     if max_vectors is not None and len(vecs) > max_vectors:
         raise ValueError(f"{len(vecs)} vectors exceed the cap {max_vectors}")
     best, arg = -1.0, None
@@ -389,8 +445,55 @@ def random_instance(seed: int, max_options: int = 5, max_vectors: int = 20000, r
         nvec = len(total_vectors(opts, rack, racks)) if racks > 1 else len(rack_vectors(opts, rack))
         if nvec > max_vectors:
             continue
-        return Instance(seed, cat, workload, rack, racks, {"options": len(opts), "vectors": nvec, "llm": llm})
+        inst = Instance(seed, cat, workload, rack, racks, {"options": len(opts), "vectors": nvec, "llm": llm,
+                                                           "switch": False, "feeds": False, "weight": False})
+        return _with_rack_physics(inst, random.Random(seed * 1_000_003 + _attempt))
     raise RuntimeError(f"seed {seed}: no instance within the size limits")
+
+
+def _with_rack_physics(inst: Instance, phys: random.Random) -> Instance:
+    """The instance with electrical feeds, a weight limit and a top-of-rack switch drawn at random (each with
+    probability 0.4), from a generator of their own: the rest of the instance is the one drawn before these
+    existed. Dropped again if they leave no GPU candidate (they only remove rack vectors, never add)."""
+    rack_data = inst.rack.model_dump()
+    chassis = list(inst.catalog.chassis)
+    switches = []
+    if phys.random() < 0.4:
+        red = phys.choice(["2N", "N+1", "none"])
+        feeds = {"2N": phys.choice([2, 4]), "N+1": phys.choice([2, 3]), "none": phys.choice([1, 2])}[red]
+        alive = {"2N": feeds // 2, "N+1": feeds - 1, "none": feeds}[red]
+        rack_data.update(redundancy=red, feeds=feeds, continuous_load_factor=phys.choice([0.8, 1.0]),
+                         feed_kw=inst.rack.power_kw * phys.uniform(0.5, 1.6) / alive / 0.8)
+    if phys.random() < 0.4:
+        rack_data.update(max_weight_kg=phys.uniform(60, 600), reserved_weight_kg=phys.choice([0.0, 20.0]))
+    if phys.random() < 0.4:
+        for j, ch in enumerate(chassis):
+            if phys.random() < 0.5:
+                chassis[j] = _revalidate(ch, weight_kg=phys.uniform(10, 150),
+                                         nics=[{"model": "n", "count": phys.randint(1, 8), "speed_gbps": 400,
+                                                "power_w": 0.0}])
+        most = max(c.network_ports for c in chassis)
+        sw = Switch.model_validate({"id": "rand-sw", "name": "random switch", "source": "test",
+                                    "height_u": 1, "ports": phys.randint(max(8, most), 48),
+                                    "port_speed_gbps": 400, "power_w": phys.uniform(100, 1500),
+                                    "weight_kg": phys.uniform(5, 30)})
+        up = phys.randint(0, min(4, sw.ports - most))
+        if sw.height_u <= inst.rack.height_u - inst.rack.reserved_u:
+            switches = [sw]
+            rack_data.update(tor_switch=sw.id, uplinks_per_switch=up)
+    if rack_data == inst.rack.model_dump() and not switches:
+        return inst
+    rack = Rack.model_validate(rack_data)
+    cat = Catalog.build(cpus=inst.catalog.cpus, gpus=inst.catalog.gpus, chassis=chassis, racks=[rack],
+                        served_models=inst.catalog.served_models, workloads=inst.catalog.workloads, switches=switches)
+    opts = candidate_options(cat, inst.workload, rack, "hybrid")
+    if not any(o.profile.gpus for o in opts):
+        return inst
+    sw = switches[0] if switches else None
+    nvec = len(total_vectors(opts, rack, inst.racks, sw)) if inst.racks > 1 else len(rack_vectors(opts, rack, sw))
+    notes = {**inst.notes, "options": len(opts), "vectors": nvec, "switch": bool(switches),
+             "feeds": rack.feed_kw is not None, "weight": rack.max_weight_kg is not None}
+    return Instance(inst.seed, cat, inst.workload, rack, inst.racks, notes)
 
 
 def scaled_rack(rack: Rack, power: float = 1.0, air: float = 1.0, liquid: float = 1.0, space: int = 0) -> Rack:

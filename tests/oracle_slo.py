@@ -14,7 +14,8 @@ import math
 
 from models.queueing import max_arrival_for_wait
 from models.workload import CpuStage, Workload
-from oracle import HOUR_S, candidate_options, continuous_optimum, has_llm, tool_work_per_task, total_vectors
+from oracle import (HOUR_S, candidate_options, continuous_optimum, has_llm, rack_switch_of, tool_work_per_task,
+                    total_vectors)
 
 BISECTION_STEPS = 100
 
@@ -92,7 +93,7 @@ def oracle_slo(catalog, workload: Workload, rack, layout: str, target_s: float, 
     """Best tasks/h meeting the tail-wait target, by enumeration; (tasks/h, server totals)."""
     options = candidate_options(catalog, workload, rack, layout)
     best, arg = 0.0, None
-    for vec in total_vectors(options, rack, racks):
+    for vec in total_vectors(options, rack, racks, rack_switch_of(catalog, rack)):
         x = best_with_slo(options, vec, workload, target_s, quantile)
         if x > best:
             best, arg = x, vec

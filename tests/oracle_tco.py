@@ -30,7 +30,8 @@ from models.tco import (
     gpu_joules_per_task,
     idle_draw_w,
 )
-from oracle import HOUR_S, candidate_options, check_scope, has_llm, tool_work_per_task, total_vectors
+from oracle import (HOUR_S, candidate_options, check_scope, has_llm, rack_switch_of, switches_by_total,
+                    tool_work_per_task)
 
 
 class _Lp:
@@ -54,10 +55,12 @@ class _Lp:
         return (a, b) if rows else (None, None)
 
 
-def _fixed_cost_per_hour(options, counts, rack, racks, costs) -> float:
+def _fixed_cost_per_hour(options, counts, rack, racks, costs, switch_w: float = 0.0) -> float:
+    """`switch_w`: the top-of-rack switches' power in the whole row (drawn like the rack's reserved gear)."""
     usd_w = costs.pue * costs.electricity_usd_per_kwh / 1000.0
     c = racks * (rack.reserved_power_w * costs.rack_reserved_draw_fraction * usd_w
                  + costs.space_usd_per_rack_month / HOURS_PER_MONTH)
+    c += switch_w * costs.rack_reserved_draw_fraction * usd_w
     for o, n in zip(options, counts):
         p = o.profile
         c += n * (capital_usd_per_hour(p.price_usd, costs) + idle_draw_w(p.chassis, p.cpu, p.gpu, p.gpus, costs) * usd_w)
@@ -137,14 +140,15 @@ def min_tco_for_throughput(inst, layout: str, required_tasks_per_hour: float,
     check_scope(inst.workload)
     options = candidate_options(inst.catalog, inst.workload, inst.rack, layout, s)
     best = None
-    for v in total_vectors(options, inst.rack, inst.racks):
+    sw = rack_switch_of(inst.catalog, inst.rack)
+    for v, k in switches_by_total(options, inst.rack, inst.racks, sw).items():
         lp, cost, x, lam = _lp(options, v, inst.workload, costs)
         lp.eq.append(({lam: 1.0}, required_tasks_per_hour))
         lp.ub.append(({x: -1.0}, -required_tasks_per_hour / f))
         val = _solve(lp, cost)
         if val is None:
             continue
-        val += _fixed_cost_per_hour(options, v, inst.rack, inst.racks, costs)
+        val += _fixed_cost_per_hour(options, v, inst.rack, inst.racks, costs, k * sw.power_w if sw else 0.0)
         best = val if best is None else min(best, val)
     return best
 
@@ -156,13 +160,15 @@ def min_cost_per_task(inst, layout: str, settings: OptimizerSettings | None = No
     check_scope(inst.workload)
     options = candidate_options(inst.catalog, inst.workload, inst.rack, layout, s)
     best = None
-    for v in total_vectors(options, inst.rack, inst.racks):
+    sw = rack_switch_of(inst.catalog, inst.rack)
+    for v, k in switches_by_total(options, inst.rack, inst.racks, sw).items():
         lp, cost, x, lam = _lp(options, v, inst.workload, costs)
         # Charnes-Cooper: every row with a right-hand side b becomes A z - b tau <= 0; L = 1 fixes the scale.
         tau = lp.var("tau")
         lp.ub = [({**terms, tau: -rhs} if rhs else terms, 0.0) for terms, rhs in lp.ub]
         lp.eq = [(terms, 0.0) for terms, _ in lp.eq] + [({lam: 1.0, x: -f}, 0.0), ({lam: 1.0}, 1.0)]
-        val = _solve(lp, {**cost, tau: _fixed_cost_per_hour(options, v, inst.rack, inst.racks, costs)})
+        val = _solve(lp, {**cost, tau: _fixed_cost_per_hour(options, v, inst.rack, inst.racks, costs,
+                                                             k * sw.power_w if sw else 0.0)})
         if val is not None:
             best = val if best is None else min(best, val)
     return best

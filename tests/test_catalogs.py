@@ -10,7 +10,7 @@ from advisor.catalog import load_catalog
 from advisor.errors import InputError
 from models.workload import SHARE_TOLERANCE
 
-TABLE_NAMES = ["cpus", "gpus", "chassis", "racks", "served_models", "workloads"]
+TABLE_NAMES = ["cpus", "gpus", "chassis", "racks", "served_models", "workloads", "switches"]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -64,6 +64,34 @@ def test_builtin_physical_sanity(builtin):
         assert 0 <= r.reserved_power_w < r.power_kw * 1000, r.id
         # The rack can remove the heat it can power (air plus liquid), or the budget is not physical.
         assert (r.air_cooling_kw + r.liquid_cooling_kw) > 0, r.id
+
+
+def test_builtin_racks_electrical_network_weight(builtin):
+    """Every built-in rack has a sourced feed model whose surviving, derated capacity covers its provisioned power
+    (so power_kw stays the documented budget), a weight rating, and a switch that takes every chassis' ports."""
+    from models.rack_physics import downlinks
+
+    for r in builtin.racks:
+        assert r.redundancy == "2N" and r.feed_budget_w is not None, r.id
+        assert r.continuous_load_factor == 0.8, r.id  # NEC 210.20(A)
+        assert r.feed_budget_w >= r.power_kw * 1000, (r.id, r.feed_budget_w)
+        assert "NEC 210.20(A)" in r.source, r.id
+        assert r.max_weight_kg is not None and r.max_weight_kg > r.reserved_weight_kg, r.id
+        if r.tor_switch is not None:
+            sw = builtin.switches[r.tor_switch]
+            # per host: a rack-scale system's trays are cabled one by one
+            assert all(-(-ch.network_ports // ch.compute_trays) <= downlinks(r, sw) for ch in builtin.chassis), r.id
+
+
+def test_builtin_chassis_psus_carry_their_nameplate(builtin):
+    """With the PSUs a chassis needs (N of N+M), it can draw its largest nameplate figure."""
+    for ch in builtin.chassis:
+        if ch.psus is None:
+            continue
+        top_gpu = max((g.tdp_w for g in builtin.gpus if ch.accepts_gpu(g)), default=0.0)
+        top_cpu = max(c.tdp_w for c in builtin.cpus if ch.accepts_cpu(c))
+        plate = ch.base_power_w + ch.cpu_sockets * top_cpu + max(ch.gpu_counts or [0]) * top_gpu
+        assert (ch.psus_required or ch.psus) * ch.psu_w >= plate, (ch.id, plate)
 
 
 def test_chassis_default_cpu_is_accepted(builtin):

@@ -142,7 +142,10 @@ def test_flags_override_workload_and_rack(runner):
     from advisor.catalog import builtin_catalog
 
     rack = builtin_catalog().racks["air-60kw"]
-    assert data["power_w"] == pytest.approx(4 * 10_200 + rack.reserved_power_w)
+    # 4 DGX H100 x 12 NIC ports fill one sn5600's 48 server ports: its 1.8 kW counts with the reserved gear
+    sw = builtin_catalog().switches[rack.tor_switch]
+    assert data["racks"][0]["switches"] == 1
+    assert data["power_w"] == pytest.approx(4 * 10_200 + rack.reserved_power_w + sw.power_w)
     assert [ru["power_budget_w"] for ru in data["racks"]] == [rack.power_kw * 1000]
 
 

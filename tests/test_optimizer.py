@@ -31,6 +31,7 @@ from oracle import (
     continuous_optimum_lp,
     oracle,
     random_instance,
+    rack_switch_of,
     rack_vectors,
     scaled_rack,
     tool_work_per_task,
@@ -140,7 +141,7 @@ def test_oracle_greedy_matches_linprog(i):
     from oracle import candidate_options
 
     opts = candidate_options(inst.catalog, inst.workload, inst.rack, "hybrid")
-    vecs = rack_vectors(opts, inst.rack)
+    vecs = rack_vectors(opts, inst.rack, rack_switch_of(inst.catalog, inst.rack))
     step = max(1, len(vecs) // 25)
     for v in vecs[::step]:
         g = continuous_optimum(opts, v, inst.workload)
@@ -176,7 +177,7 @@ def _check_against_oracle(seed: int, layout: str, backend: str = "cbc", racks: i
         j = keys.index(_key(s))
         totals[j] += s.count
         per_rack.setdefault(s.rack, [0] * len(keys))[j] += s.count
-    feasible = set(rack_vectors(orc.options, inst.rack))
+    feasible = set(rack_vectors(orc.options, inst.rack, rack_switch_of(inst.catalog, inst.rack)))
     for r, v in per_rack.items():
         assert tuple(v) in feasible, (ctx, r, v)
     assert _close(continuous_optimum(orc.options, totals, inst.workload) * HOUR_S, orc.tasks_per_hour), ctx

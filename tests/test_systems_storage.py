@@ -43,9 +43,17 @@ def test_nvl72_is_one_unit_with_all_its_parts(builtin):
     assert ch.cpu_sockets == 18 * tray.cpu_sockets and ch.memory_gb == 18 * tray.memory_gb
     assert sysd.weight_kg == 1360
     ev = evaluate(_cfg(NVL72), builtin.workloads["rl-rollout"], builtin.racks["liquid-130kw"], builtin)
-    # 18 x (1,350 base + 2 x 250 Grace + 4 x 1,200 GPU) = 119,700 W, plus the rack's reserved 1,000 W
-    assert ev.power_w == pytest.approx(119_700 + 1_000)
-    assert ev.space_u == 37 + builtin.racks["liquid-130kw"].reserved_u
+    # 18 x (1,350 base + 2 x 250 Grace + 4 x 1,200 GPU) = 119,700 W, plus the rack's reserved gear and the
+    # top-of-rack switches its 18 x 8 = 144 NIC ports need (48 server ports per sn5600 -> 3)
+    rack = builtin.racks["liquid-130kw"]
+    assert ch.network_ports == 144
+    if rack.tor_switch is None:  # leaf switches in separate network racks (SuperPOD), nothing in this rack
+        n_sw, sw_w, sw_u = 0, 0.0, 0
+    else:
+        sw = builtin.switches[rack.tor_switch]
+        n_sw, sw_w, sw_u = -(-144 // (sw.ports - rack.uplinks_per_switch)), sw.power_w, sw.height_u
+    assert ev.power_w == pytest.approx(119_700 + rack.reserved_power_w + n_sw * sw_w)
+    assert ev.space_u == 37 + rack.reserved_u + n_sw * sw_u
     assert ev.gpus == 72 and ev.within_budgets
 
 
@@ -139,7 +147,11 @@ def test_io_station_shows_in_evaluate(builtin):
     assert io_stages and all(st.wait_s > 0 for st in io_stages)
     assert ev.resource_shares["io_wait"] > 0 and ev.resource_shares["io"] > 0
     assert ev.bottleneck == "io:shared"
-    res = optimize(w, rack, builtin, layout="b", explain=False)
+    # the optimizer can buy its way around a moderate I/O load (more NVMe per core), so bind it with 4x the I/O
+    w4 = _with_classes(builtin.workloads["swe-agent"],
+                       stages={"build_io": {"read_mb": 160000.0, "write_mb": 80000.0},
+                               "tool_io": {"read_mb": 12000.0, "write_mb": 4000.0}})
+    res = optimize(w4, rack, builtin, layout="b", explain=False)
     assert "io_bandwidth:shared" in res.binding_constraints
     assert res.predicted_tasks_per_hour == pytest.approx(res.throughput_tasks_per_hour, rel=1e-4)
 

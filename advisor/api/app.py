@@ -34,7 +34,7 @@ from advisor.api.settings import ApiSettings
 from advisor.api.store import ReportStore
 from advisor.api.workers import WorkerDied, WorkerProcesses
 from models.catalog import Catalog, UnknownId
-from models.hardware import Chassis, CpuSku, GpuSku, Rack, RackSystem
+from models.hardware import Chassis, CpuSku, GpuSku, Rack, RackSystem, Switch
 from models.pipeline import Evaluation
 from models.workload import ServedModel, Workload
 
@@ -45,7 +45,7 @@ OPEN_PATHS = ("/healthz",)
 """Paths that never need the API key."""
 CATALOG_KINDS: dict[str, type[BaseModel]] = {
     "cpus": CpuSku, "gpus": GpuSku, "chassis": Chassis, "racks": Rack, "workloads": Workload,
-    "served_models": ServedModel, "systems": RackSystem,
+    "served_models": ServedModel, "systems": RackSystem, "switches": Switch,
 }
 
 

@@ -28,6 +28,7 @@ class Kind(str, Enum):
     workloads = "workloads"
     served_models = "served_models"
     systems = "systems"
+    switches = "switches"
 
 
 def _catalog():
@@ -41,10 +42,12 @@ CATALOG_COLUMNS = {
     "cpus": ("id", "vendor", "cores", "tdp_w", "per_core_perf", "platform"),
     "gpus": ("id", "vendor", "tdp_w", "memory_gb", "fp8_tflops", "form_factor", "cooling"),
     "chassis": ("id", "role", "height_u", "cpu_sockets", "gpu_counts", "base_power_w", "cooling"),
-    "racks": ("id", "power_kw", "air_cooling_kw", "liquid_cooling_kw", "height_u", "reserved_u"),
+    "racks": ("id", "power_kw", "air_cooling_kw", "liquid_cooling_kw", "height_u", "reserved_u", "redundancy",
+              "max_weight_kg", "tor_switch"),
     "workloads": ("id", "name", "served_model", "classes"),
     "served_models": ("id", "name", "total_params_b", "active_params_b", "precision"),
     "systems": ("id", "compute_tray", "compute_trays", "switch_trays", "power_shelves", "height_u", "weight_kg"),
+    "switches": ("id", "name", "height_u", "ports", "port_speed_gbps", "power_w", "weight_kg"),
 }
 
 

@@ -59,14 +59,28 @@ def print_evaluation(ev: Evaluation, console: Console) -> None:
     console.print(t)
 
     t = Table(title="Racks")
-    for col in ("rack", "power kW", "air kW", "liquid kW", "U", "exceeded"):
+    for col in ("rack", "power kW", "air kW", "liquid kW", "U", "weight kg", "ToR switches (ports)", "exceeded"):
         t.add_column(col)
     for r in ev.racks:
-        t.add_row(str(r.rack), f"{r.power_w / 1000:,.1f} / {r.power_budget_w / 1000:,.0f}",
+        t.add_row(str(r.rack), f"{r.power_w / 1000:,.1f} / {r.power_budget_w / 1000:,.1f}",
                   f"{r.air_heat_w / 1000:,.1f} / {r.air_cooling_w / 1000:,.0f}",
                   f"{r.liquid_heat_w / 1000:,.1f} / {r.liquid_cooling_w / 1000:,.0f}",
-                  f"{r.space_u} / {r.space_budget_u}", "; ".join(r.exceeded) or "-")
+                  f"{r.space_u} / {r.space_budget_u}",
+                  f"{r.weight_kg:,.0f} / {_num(r.weight_budget_kg)}",
+                  f"{r.switches} ({r.network_ports} / {r.network_ports_available})" if r.network_ports_available
+                  or r.switches else "-",
+                  "; ".join(r.exceeded) or "-")
     console.print(t)
+    if any(r.feeds for r in ev.racks):
+        t = Table(title="Power feeds (load vs rating x continuous-load factor)")
+        for col in ("rack", "feed", "normal kW", "one feed/side lost kW", "derated rating kW", "ok"):
+            t.add_column(col)
+        for r in ev.racks:
+            for f in r.feeds:
+                t.add_row(str(r.rack), f.feed, f"{f.normal_w / 1000:,.2f}",
+                          "n/a (no redundancy)" if f.one_lost_w is None else f"{f.one_lost_w / 1000:,.2f}",
+                          f"{f.rating_w / 1000:,.2f}", "[red]over[/red]" if f.exceeded else "yes")
+        console.print(t)
     for w in ev.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}")
 

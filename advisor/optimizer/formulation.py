@@ -7,10 +7,12 @@ Variables (X in tasks per hour):
   w[g]     binary   GPU SKU g is the one in use (only when a sandbox-memory limit makes the SKU matter)
   z[q,s]   binary   tool queue q runs on CPU SKU s (same condition)
   xg[g], xs[q,s] cont. throughput routed through GPU SKU g / through CPU SKU s in queue q
-Groups: power, cooling_air, cooling_liquid, space (per rack), gpu_serving, tool_cores:<q>, slo:<q> (tail-wait
-capacity curve), sandbox_memory:<q>, sandbox_disk:<q>, io_bandwidth:<q>, core_split, sku_choice, capital,
-required_throughput, gpu_first. docs/model.md states each in math. A rack-scale system is one option (one chassis
-made by RackSystem.as_chassis), so n[r,o] counts whole systems.
+  k[r]     integer  top-of-rack switches in rack r (only when the rack names a tor_switch)
+Groups: power, power_feed, cooling_air, cooling_liquid, space, weight, network_ports (per rack), gpu_serving,
+tool_cores:<q>, slo:<q> (tail-wait capacity curve), sandbox_memory:<q>, sandbox_disk:<q>, io_bandwidth:<q>,
+core_split, sku_choice, capital, required_throughput, gpu_first (registered in advisor/optimizer/groups.py).
+docs/model.md states each in math. A rack-scale system is one option (one chassis made by RackSystem.as_chassis),
+so n[r,o] counts whole systems.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from advisor.optimizer.options import ServerOption
 from advisor.optimizer.settings import OptimizerSettings
 from advisor.optimizer.slo_curve import QueueCalls, curve, max_servers_bound, queue_calls
 from advisor.solver.linear import LinearModel, safe_name
-from models.hardware import Rack
+from models.hardware import Rack, Switch
+from models.rack_physics import downlinks
 from models.performance import GpuServing, cpu_call_seconds, stage_gpu_latency_s
 from models.workload import CpuStage, DelayStage, GpuStage, IoStage, Workload
 
@@ -51,6 +54,8 @@ class Problem:
     with them (the optimizer adds them only when the evaluator finds a tail-wait bound below the answer)."""
     operating_tasks_per_hour: float | None = None
     """Tasks/h the configuration is to serve (a TCO objective's demand); None: the default operating point."""
+    switch: Switch | None = None
+    """The rack's top-of-rack switch (`models.rack_physics.rack_switch`); None: the rack names none."""
 
     def __post_init__(self) -> None:
         if not self.queue_names:
@@ -68,6 +73,8 @@ class Built:
     x_upper: float
     u: dict[int, str] = field(default_factory=dict)
     """Orchestration cores (all servers of an option) where the optimizer chooses them."""
+    k: dict[int, str] = field(default_factory=dict)
+    """Top-of-rack switches per rack (integer), where the rack names a switch and a server has NIC ports."""
 
 
 def _queue_coeffs(p: Problem, held: str = "sandbox_memory_gb"):
@@ -124,7 +131,16 @@ def per_rack_count_bound(o: ServerOption, rack: Rack) -> int:
         bounds.append((rack.air_cooling_kw * 1000 - rack.reserved_power_w) // p.air_heat_w)
     if p.liquid_heat_w > 0:
         bounds.append((rack.liquid_cooling_kw * 1000) // p.liquid_heat_w)
+    if rack.usable_feed_w is not None:
+        bounds.append(rack.usable_feed_w // p.power_w)
+    if rack.usable_weight_kg is not None:
+        bounds.append(rack.usable_weight_kg // p.chassis.weight_kg)
     return int(max(0, min(bounds)))
+
+
+def switch_count_bound(p: Problem) -> int:
+    """Most top-of-rack switches one rack can hold (space alone; a valid bound)."""
+    return 0 if p.switch is None else p.rack.usable_u // p.switch.height_u
 
 
 def add_server_vars(m: LinearModel, p: Problem) -> dict[tuple[int, int], str]:
@@ -137,18 +153,40 @@ def add_server_vars(m: LinearModel, p: Problem) -> dict[tuple[int, int], str]:
     return n
 
 
-def add_rack_budgets(m: LinearModel, p: Problem, n) -> None:
-    """power, cooling_air, cooling_liquid, space: one constraint per rack each."""
+def add_switch_vars(m: LinearModel, p: Problem, n) -> dict[int, str]:
+    """k[r]: top-of-rack switches in rack r, where the rack names a switch and some server has NIC ports."""
+    if p.switch is None or not any(p.options[i].profile.chassis.network_ports for (_, i) in n):
+        return {}
+    return {r: m.var(f"k_r{r}", 0, switch_count_bound(p), integer=True) for r in range(p.racks)}
+
+
+def add_rack_budgets(m: LinearModel, p: Problem, n, k: dict[int, str] | None = None) -> None:
+    """power, power_feed, cooling_air, cooling_liquid, space, weight, network_ports: one constraint per rack each
+    (power_feed, weight and network_ports where the rack has a feed model, a weight limit, a switch)."""
     rk = p.rack
+    k = k or {}
+    sw = p.switch
     for r in range(p.racks):
         idx = [i for (rr, i) in n if rr == r]
-        m.add(f"power_r{r}", "power", {n[r, i]: p.options[i].profile.power_w for i in idx}, "<=", rk.usable_power_w)
-        m.add(f"cooling_air_r{r}", "cooling_air", {n[r, i]: p.options[i].profile.air_heat_w for i in idx}, "<=",
-              rk.air_cooling_kw * 1000 - rk.reserved_power_w)
+        ks = {k[r]: 1.0} if r in k else {}
+        power = {n[r, i]: p.options[i].profile.power_w for i in idx} | {v: sw.power_w for v in ks}
+        m.add(f"power_r{r}", "power", power, "<=", rk.usable_power_w)
+        if rk.usable_feed_w is not None:
+            m.add(f"power_feed_r{r}", "power_feed", dict(power), "<=", rk.usable_feed_w)
+        m.add(f"cooling_air_r{r}", "cooling_air", {n[r, i]: p.options[i].profile.air_heat_w for i in idx}
+              | {v: sw.power_w for v in ks}, "<=", rk.air_cooling_kw * 1000 - rk.reserved_power_w)
         liquid = {n[r, i]: p.options[i].profile.liquid_heat_w for i in idx if p.options[i].profile.liquid_heat_w > 0}
         if liquid:
             m.add(f"cooling_liquid_r{r}", "cooling_liquid", liquid, "<=", rk.liquid_cooling_kw * 1000)
-        m.add(f"space_r{r}", "space", {n[r, i]: p.options[i].profile.space_u for i in idx}, "<=", rk.usable_u)
+        m.add(f"space_r{r}", "space", {n[r, i]: p.options[i].profile.space_u for i in idx}
+              | {v: float(sw.height_u) for v in ks}, "<=", rk.usable_u)
+        if rk.usable_weight_kg is not None:
+            m.add(f"weight_r{r}", "weight", {n[r, i]: p.options[i].profile.chassis.weight_kg for i in idx}
+                  | {v: sw.weight_kg for v in ks}, "<=", rk.usable_weight_kg)
+        if ks:
+            ports = {n[r, i]: float(p.options[i].profile.chassis.network_ports) for i in idx
+                     if p.options[i].profile.chassis.network_ports}
+            m.add(f"network_ports_r{r}", "network_ports", ports | {k[r]: -float(downlinks(rk, sw))}, "<=", 0.0)
 
 
 def add_capital(m: LinearModel, p: Problem, n) -> None:
@@ -190,9 +228,10 @@ def build(p: Problem, memory: bool = True) -> Built:
     """The MILP; `memory=False` leaves out sandbox memory (and the SKU choices it needs) for a first, easier solve."""
     m = LinearModel("rack_advisor", check_group=group_of)
     n = add_server_vars(m, p)
+    k = add_switch_vars(m, p, n)
     x = m.var("X", 0, None)
     x_ub = throughput_upper_bound(p)
-    add_rack_budgets(m, p, n)
+    add_rack_budgets(m, p, n, k)
     add_capital(m, p, n)
     count = {}  # option -> {n var: 1} across racks
     for (r, i), v in n.items():
@@ -299,7 +338,7 @@ def build(p: Problem, memory: bool = True) -> Built:
         m.add("required_throughput", "required_throughput", {x: 1.0}, ">=", p.required_tasks_per_hour)
     m.objective = {x: 1.0}
     m.maximize = True
-    return Built(m, n, y, x, needs_choice, x_ub, u)
+    return Built(m, n, y, x, needs_choice, x_ub, u, k)
 
 
 def slo_queues(p: Problem) -> list[tuple[int, str, list[float], list[QueueCalls]]]:
@@ -370,7 +409,11 @@ def add_slo_curves(m: LinearModel, p: Problem, y, x: str, count) -> None:
 
 
 def power_terms(b: Built, p: Problem) -> dict[str, float]:
-    return {v: p.options[i].profile.power_w for (_, i), v in b.n.items()}
+    """Power of the servers and of the top-of-rack switches."""
+    terms = {v: p.options[i].profile.power_w for (_, i), v in b.n.items()}
+    if p.switch is not None:
+        terms.update({v: p.switch.power_w for v in b.k.values()})
+    return terms
 
 
 def cost_terms(b: Built, p: Problem) -> dict[str, float]:

@@ -33,10 +33,17 @@ class Group:
 
 
 GROUPS: dict[str, Group] = {g.name: g for g in (
-    Group("power", "rack power", "W", "budget", "rack", "sum_o P_o n[r,o] <= usable rack power"),
-    Group("cooling_air", "air cooling", "W", "budget", "rack", "sum_o H_air_o n[r,o] <= air cooling - reserved power"),
+    Group("power", "rack power", "W", "budget", "rack", "sum_o P_o n[r,o] + P_sw k[r] <= usable rack power"),
+    Group("power_feed", "power feeds after a feed loss", "W", "budget", "rack",
+          "sum_o P_o n[r,o] + P_sw k[r] <= feed rating x continuous-load factor x surviving feeds - reserved power"),
+    Group("cooling_air", "air cooling", "W", "budget", "rack",
+          "sum_o H_air_o n[r,o] + P_sw k[r] <= air cooling - reserved power"),
     Group("cooling_liquid", "liquid cooling", "W", "budget", "rack", "sum_o H_liq_o n[r,o] <= liquid cooling"),
-    Group("space", "rack space", "U", "budget", "rack", "sum_o U_o n[r,o] <= usable U"),
+    Group("space", "rack space", "U", "budget", "rack", "sum_o U_o n[r,o] + U_sw k[r] <= usable U"),
+    Group("weight", "rack weight", "kg", "budget", "rack",
+          "sum_o m_o n[r,o] + m_sw k[r] <= max weight - reserved weight"),
+    Group("network_ports", "top-of-rack switch ports", "ports", "budget", "rack",
+          "sum_o ports_o n[r,o] <= (switch ports - uplinks) k[r], k[r] integer"),
     Group("capital", "capital budget", "USD", "budget", "model", "sum_{r,o} price_o n[r,o] <= capital budget"),
     Group("gpu_serving", "GPU serving capacity", "tasks/h", "capacity", "model",
           "X <= sum_fixed serving_o N_o + sum_flexible s_o"),

@@ -70,6 +70,9 @@ def add_tco(m: LinearModel, b: Built, p: Problem, costs: CostAssumptions, load_f
         count.setdefault(i, []).append(v)
         cost[v] = capital_usd_per_hour(pr.price_usd, costs) + idle_draw_w(pr.chassis, pr.cpu, pr.gpu, pr.gpus,
                                                                           costs) * usd_w
+    if p.switch is not None:  # top-of-rack switches draw like the rack's other shared gear (models.tco)
+        for v in b.k.values():
+            cost[v] = p.switch.power_w * costs.rack_reserved_draw_fraction * usd_w
     orch_core_s = call_mix(p.workload).orchestration_core_s_per_task
     has_llm = any(isinstance(s, GpuStage) for c in p.workload.classes for s in c.stages)
     if has_llm:

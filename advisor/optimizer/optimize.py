@@ -21,6 +21,7 @@ from models.catalog import Catalog
 from models.config import Configuration, OperatingPoint, Queue, ServerGroup
 from models.hardware import Rack
 from models.pipeline import Evaluation, evaluate, needs_queue
+from models.rack_physics import rack_switch
 from models.tco import Tco
 from models.performance import cpu_call_seconds, stage_gpu_latency_s
 from models.workload import CpuStage, DelayStage, GpuStage, Workload
@@ -33,6 +34,12 @@ MATERIAL_GAIN = 1e-6
 tie-breaks may give up to `throughput_tie_tolerance` of throughput for lower power)."""
 RELAXES = {"hybrid": "b", "b": "a"}
 """Each layout's feasible set contains the one named here."""
+BUDGET_FIELDS = {"power": "power_kw", "power_feed": "feeds, feed_kw or feed_voltage_v x feed_current_a, redundancy, "
+                 "continuous_load_factor",
+                 "cooling_air": "air_cooling_kw", "cooling_liquid": "liquid_cooling_kw", "space": "height_u",
+                 "weight": "max_weight_kg", "network_ports": "server ports of the tor_switch",
+                 "capital": "capital budget"}
+"""The rack field (or input) that sets each budget, for messages."""
 
 
 class ServerChoice(Frozen):
@@ -215,6 +222,8 @@ def tie_break_objective(b: Built, p: Problem) -> dict[str, float]:
     """The tie-breaks of max_throughput as one weighted sum: power, cost and orchestration cores, each over its
     largest possible value (so the sum is at most one). `throughput_objective` weighs them into its first solve."""
     total_power = sum(per_rack_count_bound(o, p.rack) * o.profile.power_w for o in p.options) * p.racks + 1.0
+    if p.switch is not None:
+        total_power += len(b.k) * b.model.vars[next(iter(b.k.values()))].ub * p.switch.power_w if b.k else 0.0
     total_cost = sum(per_rack_count_bound(o, p.rack) * (o.profile.price_usd or 0) for o in p.options) * p.racks
     total_cores = sum(o.profile.cores * per_rack_count_bound(o, p.rack) for o in p.options) * p.racks + 1.0
     obj: dict[str, float] = {}
@@ -371,7 +380,7 @@ def _solve_stages(b: Built, p: Problem, layout: Layout, objective: Objective, ba
 def _without_count_bounds(b: Built) -> dict:
     """Server-count variables without the per-rack upper bounds (those bounds are derived from the budgets, so a
     what-if that moves a budget must not keep them)."""
-    counts = set(b.n.values())
+    counts = set(b.n.values()) | set(b.k.values())
     return {k: (Var(v.name, v.lb, None, v.integer) if k in counts else v) for k, v in b.model.vars.items()}
 
 
@@ -398,8 +407,8 @@ def _diagnose(b: Built, p: Problem, backend: str, s: OptimizerSettings, clock: _
             unit = BUDGET_UNITS[g]
             avail = cons[0].rhs
             out.append(Infeasibility(group=g, shortfall=extra, unit=unit, message=(
-                f"raising {g} by {extra:,.0f} {unit}{' per rack' if g != 'capital' else ''} "
-                f"(from {avail:,.0f} to {avail + extra:,.0f} {unit}) makes it feasible")))
+                f"raising {g} ({BUDGET_FIELDS[g]}) by {extra:,.0f} {unit}{' per rack' if g != 'capital' else ''} "
+                f"(from {avail:,.0f} to {avail + extra:,.0f} {unit}{_budget_basis(g, p.rack)}) makes it feasible")))
     out.sort(key=lambda i: (i.shortfall or math.inf) / max(1.0, next(
         c.rhs for c in b.model.constraints if c.group == i.group)))
     if out or not p.options:
@@ -423,9 +432,21 @@ def _diagnose(b: Built, p: Problem, backend: str, s: OptimizerSettings, clock: _
         if extra > 1e-6:
             unit = BUDGET_UNITS[g]
             out.append(Infeasibility(group=g, shortfall=extra, unit=unit, message=(
-                f"together with the others listed, raise {g} by {extra:,.0f} {unit}"
+                f"together with the others listed, raise {g} ({BUDGET_FIELDS[g]}) by {extra:,.0f} {unit}"
                 f"{' per rack' if g != 'capital' else ''} (from {rhs[g]:,.0f} to {rhs[g] + extra:,.0f} {unit})")))
     return out
+
+
+def _budget_basis(group: str, rack: Rack) -> str:
+    """How a rack budget's right-hand side is made, for messages."""
+    if group == "power_feed" and rack.feed_rating_w is not None:
+        return (f" = {rack.redundancy}: {rack.surviving_feeds} of {rack.feeds} feeds x {rack.feed_rating_w:,.0f} W x "
+                f"{rack.continuous_load_factor:g} - {rack.reserved_power_w:,.0f} W reserved")
+    if group == "weight" and rack.max_weight_kg is not None:
+        return f" = max_weight_kg {rack.max_weight_kg:,.0f} - reserved_weight_kg {rack.reserved_weight_kg:,.0f}"
+    if group == "network_ports":
+        return " free"
+    return ""
 
 
 def _configuration(b: Built, p: Problem, sol: Solution, layout: Layout) -> tuple[Configuration, list[ServerChoice]]:
@@ -473,13 +494,24 @@ def _constraint_status(b: Built, p: Problem, sol: Solution) -> list[ConstraintSt
     vals = sol.values
     min_need = {
         "power": min((o.profile.power_w for o in p.options), default=0),
+        "power_feed": min((o.profile.power_w for o in p.options), default=0),
+        "weight": min((o.profile.chassis.weight_kg for o in p.options), default=0),
+        "network_ports": min((o.profile.chassis.network_ports for o in p.options if o.profile.chassis.network_ports),
+                             default=0),
         "cooling_air": min((o.profile.air_heat_w for o in p.options if o.profile.air_heat_w > 0), default=0),
         "cooling_liquid": min((o.profile.liquid_heat_w for o in p.options if o.profile.liquid_heat_w > 0), default=0),
         "space": min((o.profile.space_u for o in p.options), default=0),
         "capital": min((o.profile.price_usd or 0 for o in p.options), default=0),
     }
     for c in b.model.constraints:
-        if c.group in BUDGET_GROUPS:
+        if c.group == "network_ports":  # ports placed against the ports the rack's switches offer
+            used = sum(a * vals.get(k, 0.0) for k, a in c.terms.items() if a > 0)
+            avail = -sum(a * vals.get(k, 0.0) for k, a in c.terms.items() if a < 0)
+            kv = next(k for k, a in c.terms.items() if a < 0)
+            full = round(vals.get(kv, 0.0)) >= b.model.vars[kv].ub  # no room for another switch
+            out.append(ConstraintStatus(group=c.group, name=c.name, used=used, available=avail, unit="ports",
+                                        binding=full and avail - used < min_need["network_ports"] - 1e-9))
+        elif c.group in BUDGET_GROUPS:
             used = sum(a * vals.get(k, 0.0) for k, a in c.terms.items())
             binding = c.rhs - used < min_need[c.group] - 1e-9
             out.append(ConstraintStatus(group=c.group, name=c.name, used=used, available=c.rhs,
@@ -517,8 +549,8 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
         scale = 1000.0 if unit == "W" else 1.0
         label_unit = "kW" if unit == "W" else unit
         takes = None
-        if explain_resolve and x_best > 0:
-            cons = [c for c in b.model.constraints if c.group == g]
+        cons = [c for c in b.model.constraints if c.group == g]
+        if explain_resolve and x_best > 0 and cons[0].rhs > 0:
             m = LinearModel("what_if", _without_count_bounds(b),
                             [c if c.group != g else type(c)(c.name, c.group, c.terms, c.sense, c.rhs * 1.1)
                              for c in b.model.constraints], {b.x: 1.0}, True)
@@ -560,6 +592,7 @@ def optimize(
     s = settings or OptimizerSettings()
     clock = _Clock(time_limit_s or s.time_limit_s)
     t0 = time.perf_counter()
+    switch = rack_switch(rack, catalog)
     options, servings = enumerate_options(
         catalog, workload, rack, layout, s.layout_a_orchestration_cores_per_gpu,
         s.assumptions.host_os_reserved_memory_gb, s.assumptions.tensor_parallel_domain_gpus, gpu_ids, cpu_ids,
@@ -610,7 +643,8 @@ def optimize(
         if pi > 0 and clock.expired():
             break
         p = Problem(workload, rack, racks, capacity_options, servings, part, capital_budget_usd,
-                    required_tasks_per_hour, operating_tasks_per_hour=operating_tasks_per_hour, settings=s)
+                    required_tasks_per_hour, operating_tasks_per_hour=operating_tasks_per_hour, settings=s,
+                    switch=switch)
         # Sandbox memory needs SKU-choice binaries; solve without it first and keep that answer when the evaluator
         # confirms memory does not bind (the relaxation's optimum is then optimal for the full problem).
         memory = False
@@ -665,8 +699,15 @@ def optimize(
     _, p, b, sol, notes, _, ev_best = best
     notes = warnings_pre + notes
     # Shadow prices and +10% re-solves speak of throughput; for a cost objective they would answer another question.
+    too_small = None
+    if not p.options:
+        every, _ = enumerate_options(
+            catalog, workload, rack, layout, s.layout_a_orchestration_cores_per_gpu,
+            s.assumptions.host_os_reserved_memory_gb, s.assumptions.tensor_parallel_domain_gpus, gpu_ids, cpu_ids,
+            prune=False, costs=s.assumptions.costs, fit=False)
+        too_small = _too_small_diagnosis(every, rack, catalog)
     result = _result(p, b, sol, notes, layout, backend, s, clock, t0, explain and objective == "max_throughput",
-                     ev_best)
+                     ev_best, too_small)
     if racks > 1 and single is not None and single.configuration:
         rep = _replicate(single, racks, p, layout, backend, s, t0)
         if rep is not None and rep.throughput_tasks_per_hour > result.throughput_tasks_per_hour * (1 + MATERIAL_GAIN):
@@ -814,16 +855,19 @@ def _cost_key(ev: Evaluation | None, objective: Objective, p: Problem, power_w: 
 
 def _result(p: Problem, b: Built, sol: Solution, notes: list[str], layout: Layout, backend: str,
             s: OptimizerSettings, clock: _Clock, t0: float, explain: bool,
-            ev: Evaluation | None = None) -> OptimizeResult:
+            ev: Evaluation | None = None, too_small: list[Infeasibility] | None = None) -> OptimizeResult:
     """The answer as the user sees it; `ev` is the evaluation the search already made of this solution."""
     empty = dict(servers=[], cores_per_gpu=None, orchestration_cores_per_gpu=None, queues=[], power_w=0.0, space_u=0,
                  air_heat_w=0.0, liquid_heat_w=0.0, gpu_idle_fraction=0.0, configuration={}, evaluation=None)
     if not p.options:
-        msg = "no candidate server fits an empty rack within its power, cooling and space budgets"
+        diag = too_small or _empty_rack_diagnosis(p)
+        msg = "no candidate server fits an empty rack within its budgets"
+        if too_small:
+            msg += ": " + "; ".join(d.message for d in too_small[:3])
         return OptimizeResult(layout=layout, status="infeasible", gap=None, solver=backend,
                               seconds=time.perf_counter() - t0, partition=p.partition, throughput_tasks_per_hour=0.0,
                               predicted_tasks_per_hour=0.0, bottleneck="none", binding_constraints=[], constraints=[],
-                              infeasibility=_empty_rack_diagnosis(p), message=msg, **empty)
+                              infeasibility=diag, message=msg, **empty)
     if not sol.has_solution:
         status = "infeasible" if sol.status == "infeasible" else sol.status
         diag = _diagnose(b, p, backend, s, clock) if status == "infeasible" else []
@@ -888,9 +932,34 @@ def _empty_rack_diagnosis(p: Problem) -> list[Infeasibility]:
                                   "no candidate server (after layout and SKU filters) fits or serves the workload")]
 
 
+def _too_small_diagnosis(candidates: list[ServerOption], rack: Rack, catalog: Catalog) -> list[Infeasibility]:
+    """Why no candidate server fits an empty rack: each budget that even the least demanding candidate (with the
+    switches its NIC ports need) exceeds, naming the rack field and the numbers."""
+    from advisor.optimizer.options import empty_rack_needs
+
+    switch = rack_switch(rack, catalog)
+    needs = [(o, empty_rack_needs(o.profile, rack, switch)) for o in candidates]
+    out = []
+    for g in BUDGET_GROUPS:
+        over = [(nd[g][0], nd[g][1], o) for o, nd in needs if g in nd and nd[g][0] > nd[g][1]]
+        if not over:
+            continue
+        need, have, o = min(over, key=lambda t: t[0])
+        unit = BUDGET_UNITS[g]
+        who = ("every candidate server needs" if len(over) == len(needs)
+               else f"{len(over)} of {len(needs)} candidate servers need")
+        out.append(Infeasibility(group=g, shortfall=need - have, unit=unit, message=(
+            f"rack {rack.id}: {g} ({BUDGET_FIELDS[g]}) offers {have:,.2f} {unit}{_budget_basis(g, rack)}, and "
+            f"{who} more, the least {o.profile.chassis.id} with {o.profile.gpus} x "
+            f"{o.profile.gpu.id if o.profile.gpu else 'no GPU'}: {need:,.2f} {unit}")))
+    counts = {d.group: sum(1 for _, nd in needs if d.group in nd and nd[d.group][0] > nd[d.group][1]) for d in out}
+    return sorted(out, key=lambda d: -counts[d.group])
+
+
 def _catalog_of(p: Problem) -> Catalog:
     """A catalog of just what the options use, for the evaluator."""
     cpus = {o.profile.cpu.id: o.profile.cpu for o in p.options}
     gpus = {o.profile.gpu.id: o.profile.gpu for o in p.options if o.profile.gpu}
     chassis = {o.profile.chassis.id: o.profile.chassis for o in p.options}
-    return Catalog.build(cpus=cpus.values(), gpus=gpus.values(), chassis=chassis.values())
+    return Catalog.build(cpus=cpus.values(), gpus=gpus.values(), chassis=chassis.values(),
+                         switches=[p.switch] if p.switch is not None else [])

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from advisor.layouts import Layout  # noqa: F401 - re-exported for the optimizer modules
 from models.catalog import Catalog
-from models.hardware import Rack
+from models.hardware import Rack, Switch
+from models.rack_physics import check_server_ports, planning_power_fraction, rack_switch, switches_needed
 from models.performance import GpuServing, gpu_serving, serving_key, tp_cap
 from models.server import ServerProfile, server_profile
 from models.tco import CostAssumptions, cpu_joules_per_reference_core_s, gpu_joules_per_task, idle_draw_w
@@ -21,6 +22,10 @@ class ServerOption:
     flexible_orchestration: bool = False
     """True: the optimizer decides how many host cores serve the GPUs (profile built with none reserved).
     False: the profile's reservation is fixed (the GPU-first rule, or CPU-only nodes)."""
+    weight_kg: float = 0.0
+    """The server's weight where the rack limits weight (0 otherwise: then it ranks no option above another)."""
+    network_ports: int = 0
+    """Its NIC ports where the rack has a top-of-rack switch (0 otherwise)."""
 
     @property
     def role(self) -> str:
@@ -39,13 +44,24 @@ class ServerOption:
         return self.profile.cpu.id
 
 
-def _fits_empty_rack(p: ServerProfile, rack: Rack) -> bool:
-    return (
-        p.power_w <= rack.usable_power_w
-        and p.space_u <= rack.usable_u
-        and p.air_heat_w <= rack.air_cooling_kw * 1000 - rack.reserved_power_w
-        and p.liquid_heat_w <= rack.liquid_cooling_kw * 1000
-    )
+def empty_rack_needs(p: ServerProfile, rack: Rack, switch: Switch | None) -> dict[str, tuple[float, float]]:
+    """Per budget group: (what one server of this profile and the switches its NIC ports need take, what an empty
+    rack offers)."""
+    k = switches_needed(p.chassis.network_ports, rack, switch)
+    sw_w = k * switch.power_w if switch else 0.0
+    out = {"power": (p.power_w + sw_w, rack.usable_power_w),
+           "cooling_air": (p.air_heat_w + sw_w, rack.air_cooling_kw * 1000 - rack.reserved_power_w),
+           "cooling_liquid": (p.liquid_heat_w, rack.liquid_cooling_kw * 1000),
+           "space": (p.space_u + (k * switch.height_u if switch else 0), rack.usable_u)}
+    if rack.usable_feed_w is not None:
+        out["power_feed"] = (p.power_w + sw_w, rack.usable_feed_w)
+    if rack.usable_weight_kg is not None:
+        out["weight"] = (p.chassis.weight_kg + (k * switch.weight_kg if switch else 0.0), rack.usable_weight_kg)
+    return out
+
+
+def _fits_empty_rack(p: ServerProfile, rack: Rack, switch: Switch | None = None) -> bool:
+    return all(need <= have for need, have in empty_rack_needs(p, rack, switch).values())
 
 
 def _dominates(a: ServerOption, b: ServerOption) -> bool:
@@ -63,6 +79,8 @@ def _dominates(a: ServerOption, b: ServerOption) -> bool:
         serving_ok = pa.serving_tasks_per_s >= pb.serving_tasks_per_s and pa.gpu_tasks_per_s >= pb.gpu_tasks_per_s
     return (
         serving_ok
+        and a.weight_kg <= b.weight_kg
+        and a.network_ports <= b.network_ports
         and pa.tool_cores >= pb.tool_cores
         and pa.memory_per_core_gb >= pb.memory_per_core_gb
         and pa.power_w <= pb.power_w
@@ -88,7 +106,8 @@ def _dominates_capacity(a: ServerOption, b: ServerOption) -> bool:
         benefit = (pa.serving_tasks_per_s >= pb.serving_tasks_per_s and pa.gpu_tasks_per_s >= pb.gpu_tasks_per_s
                    and pa.tool_cores * pa.per_core_perf >= pb.tool_cores * pb.per_core_perf)
     return (benefit and pa.power_w <= pb.power_w and pa.air_heat_w <= pb.air_heat_w
-            and pa.liquid_heat_w <= pb.liquid_heat_w and pa.space_u <= pb.space_u)
+            and pa.liquid_heat_w <= pb.liquid_heat_w and pa.space_u <= pb.space_u
+            and a.weight_kg <= b.weight_kg and a.network_ports <= b.network_ports)
 
 
 def _dominates_cost(a: ServerOption, b: ServerOption, costs: CostAssumptions) -> bool:
@@ -146,7 +165,7 @@ def system_misfits(catalog: Catalog, workload: Workload, rack: Rack, gpu_ids: li
             continue
         gpu, cpu = min(gpus, key=lambda g: g.tdp_w), min(cpus, key=lambda c: c.tdp_w)
         p = server_profile(ch, cpu, gpu, min(ch.gpu_counts), 0.0, workload, None, 0.0)
-        short = rack.shortfalls(p.power_w, p.air_heat_w, p.liquid_heat_w, p.space_u)
+        short = rack.shortfalls(p.power_w, p.air_heat_w, p.liquid_heat_w, p.space_u, ch.weight_kg)
         if short:
             out.append(f"rack-scale system {ch.id} is placed whole, and rack profile {rack.id} cannot hold one: "
                        + "; ".join(short))
@@ -165,9 +184,13 @@ def enumerate_options(
     cpu_ids: list[str] | None = None,
     prune: bool = True,
     costs: CostAssumptions | None = None,
+    fit: bool = True,
 ) -> tuple[list[ServerOption], dict[str, GpuServing]]:
+    """`fit=False` keeps the servers that do not fit an empty rack (to say why none does)."""
     servings: dict[str, GpuServing] = {}
     options: list[ServerOption] = []
+    switch = rack_switch(rack, catalog)
+    port_errors: list[str] = []
     for ch in sorted(catalog.chassis, key=lambda c: c.id):
         if ch.part_of_system is not None:  # a compute tray is bought only inside its whole rack-scale system
             continue
@@ -184,6 +207,12 @@ def enumerate_options(
         gpus = [g for g in sorted(catalog.gpus, key=lambda g: g.id) if ch.accepts_gpu(g)] if ch.role == "gpu" else [None]
         if gpu_ids is not None and ch.role == "gpu":
             gpus = [g for g in gpus if g.id in gpu_ids]
+        if cpus and gpus:
+            try:
+                check_server_ports(ch, rack, switch)
+            except ValueError as e:
+                port_errors.append(str(e))
+                continue
         for cpu in cpus:
             for gpu in gpus:
                 counts = ch.gpu_counts if gpu is not None else [0]
@@ -202,11 +231,17 @@ def enumerate_options(
                     oc = layout_a_orchestration if fixed else 0.0
                     if oc * n > ch.cpu_sockets * cpu.cores:
                         continue
-                    p = server_profile(ch, cpu, gpu, n, oc, workload, serving, os_reserved_memory_gb, skey, costs)
-                    if not _fits_empty_rack(p, rack):
+                    p = server_profile(ch, cpu, gpu, n, oc, workload, serving, os_reserved_memory_gb, skey, costs,
+                                       planning_power_fraction(ch, rack))
+                    if fit and not _fits_empty_rack(p, rack, switch):
                         continue
                     key = f"{ch.id}|{cpu.id}|{gpu.id if gpu else '-'}|{n}"
-                    options.append(ServerOption(key, p, flexible_orchestration=gpu is not None and not fixed))
+                    options.append(ServerOption(
+                        key, p, flexible_orchestration=gpu is not None and not fixed,
+                        weight_kg=ch.weight_kg if rack.max_weight_kg is not None else 0.0,
+                        network_ports=ch.network_ports if switch is not None else 0))
+    if not options and port_errors:
+        raise ValueError(f"rack {rack.id}: no candidate server fits its top-of-rack switch: {port_errors[0]}")
     if prune:
         options = prune_dominated(options)
     return options, servings

@@ -71,6 +71,9 @@ class _Master:
     ub: dict[int, int]
     """Most servers of each option one rack holds."""
     patterns: list[tuple[int, ...]] = field(default_factory=list)
+    switched: _SwitchedRack | None = None
+    """Where racks hold top-of-rack switches: one rack's budget rows with the switches' coefficients (a pattern
+    holds the fewest switches its servers' ports need; `K_row` counts them over the row)."""
 
 
 def _aggregate(b: Built, p: Problem) -> _Master | None:
@@ -78,8 +81,11 @@ def _aggregate(b: Built, p: Problem) -> _Master | None:
     var_of = {v: (r, i) for (r, i), v in b.n.items()}
     options = sorted({i for (_, i) in b.n})
     m = LinearModel(b.model.name + "_row", check_group=b.model.check_group)
+    switch_vars = set(b.k.values())
+    k0 = b.k.get(0)
+    switched_rows: list[tuple[dict[int, float], float, float]] = []
     for name, v in b.model.vars.items():
-        if name not in var_of:
+        if name not in var_of and name not in switch_vars:
             m.vars[name] = v
     tot = {i: m.var(f"N_o{i}", 0, None, integer=True) for i in options}
     ub = {i: int(b.model.vars[b.n[0, i]].ub) for i in options if (0, i) in b.n}
@@ -89,8 +95,11 @@ def _aggregate(b: Built, p: Problem) -> _Master | None:
         racks = {var_of[k][0] for k in c.terms if k in var_of}
         if c.group in RACK_GROUPS:
             if racks == {0}:
-                budgets.append(({var_of[k][1]: a for k, a in c.terms.items()}, c.rhs))
+                budgets.append(({var_of[k][1]: a for k, a in c.terms.items() if k in var_of}, c.rhs))
+                switched_rows.append((budgets[-1][0], c.terms.get(k0, 0.0) if k0 else 0.0, c.rhs))
             continue
+        if any(k in switch_vars for k in c.terms):
+            return None  # a row-level constraint on switches: not written by build()
         if not racks:
             m.constraints.append(c)
             continue
@@ -120,9 +129,17 @@ def _aggregate(b: Built, p: Problem) -> _Master | None:
     for i in options:
         m.add(f"row_supply_o{i}", "row_patterns:supply", {tot[i]: 1.0}, "<=", 0.0)
     m.add("row_racks", "row_patterns:racks", {}, "<=", float(p.racks))
-    m.objective, m.maximize = dict(b.model.objective), b.model.maximize
-    built = Built(m, {(0, i): tot[i] for i in options}, b.y, b.x, b.has_sku_choice, b.x_upper, b.u)
-    return _Master(built, options, budgets, ub)
+    switched = None
+    k_row: dict[int, str] = {}
+    if k0 is not None:
+        k_ub = int(b.model.vars[k0].ub)
+        switched = _SwitchedRack(switched_rows, k_ub, options, ub)
+        k_row = {0: m.var("K_row", 0, float(k_ub * p.racks))}
+        m.add("row_switches", "row_patterns:switches", {k_row[0]: 1.0}, "==", 0.0)
+    m.objective = {k: a for k, a in b.model.objective.items() if k not in switch_vars}
+    m.maximize = b.model.maximize
+    built = Built(m, {(0, i): tot[i] for i in options}, b.y, b.x, b.has_sku_choice, b.x_upper, b.u, k_row)
+    return _Master(built, options, budgets, ub, switched=switched)
 
 
 def _add_pattern(mm: _Master, pat: tuple[int, ...], racks: int) -> bool:
@@ -140,12 +157,17 @@ def _add_pattern(mm: _Master, pat: tuple[int, ...], racks: int) -> bool:
             c = type(c)(c.name, c.group, {**c.terms, lam: -float(a)} if a else c.terms, c.sense, c.rhs)
         elif c.group == "row_patterns:racks":
             c = type(c)(c.name, c.group, {**c.terms, lam: 1.0}, c.sense, c.rhs)
+        elif c.group == "row_patterns:switches":
+            kp = mm.switched.switches(list(pat))
+            c = type(c)(c.name, c.group, {**c.terms, lam: -float(kp)} if kp else c.terms, c.sense, c.rhs)
         cons.append(c)
     m.constraints = cons
     return True
 
 
 def _fits(mm: _Master, pat: tuple[int, ...]) -> bool:
+    if mm.switched is not None:
+        return mm.switched.fits(list(pat))
     return all(sum(use.get(i, 0.0) * n for i, n in zip(mm.options, pat)) <= cap * (1 + 1e-12) + 1e-9
                for use, cap in mm.budgets) and all(n <= mm.ub[i] for i, n in zip(mm.options, pat))
 
@@ -158,7 +180,12 @@ def _price(mm: _Master, pi: dict[int, float]) -> tuple[tuple[int, ...], float] |
     c = -np.array([pi[mm.options[j]] for j in idx])
     a = np.array([[use.get(mm.options[j], 0.0) for j in idx] for use, _ in mm.budgets])
     caps = np.array([cap for _, cap in mm.budgets])
-    res = highs.dense_milp(c, [mm.ub[mm.options[j]] for j in idx], a, -np.inf, caps, {"mip_rel_gap": 0.0})
+    upper = [mm.ub[mm.options[j]] for j in idx]
+    if mm.switched is not None:  # one more integer column: the rack's switches (worth nothing, they give ports)
+        c = np.append(c, 0.0)
+        a = np.column_stack([a, [kc for _, kc, _ in mm.switched.rows]])
+        upper.append(mm.switched.k_ub)
+    res = highs.dense_milp(c, upper, a, -np.inf, caps, {"mip_rel_gap": 0.0})
     if res.x is None:
         return None
     pat = [0] * len(mm.options)
@@ -185,21 +212,34 @@ def _enumerate(mm: _Master, pi: dict[int, float], threshold: float, limit: int) 
     k = len(mm.options)
     val = [pi.get(i, 0.0) for i in mm.options]
     order = sorted(range(k), key=lambda j: -val[j])
-    use = [[u.get(mm.options[j], 0.0) for j in range(k)] for u, _ in mm.budgets]
-    caps = [cap for _, cap in mm.budgets]
+    rows = mm.budgets if mm.switched is None else [  # the ports rows bound nothing without their switch column
+        (u, cap) for (u, cap), (_, kc, _) in zip(mm.budgets, mm.switched.rows) if kc >= 0]
+    use = [[u.get(mm.options[j], 0.0) for j in range(k)] for u, _ in rows]
+    caps = [cap for _, cap in rows]
+    kcs = [] if mm.switched is None else [kc for _, kc, _ in mm.switched.rows if kc >= 0]
+    # ports rows (switch coefficient < 0): load per option, capacity per switch, and the most switches a rack holds
+    prows = [] if mm.switched is None else [([u.get(mm.options[j], 0.0) for j in range(k)], -kc, cap)
+                                           for u, kc, cap in mm.switched.rows if kc < 0]
+    k_ub = 0 if mm.switched is None else mm.switched.k_ub
+    tol = [1e-12 * abs(cap) + 1e-9 for cap in caps]
     # value per unit of each budget for the remaining options, for an optimistic bound
     out: list[tuple[int, ...]] = []
     cur = [0] * k
 
+    # best value per unit of each budget among the options from position pos on (suffix maxima, computed once)
+    ratios = [[0.0] * len(caps) for _ in range(k + 1)]
+    for pos in range(k - 1, -1, -1):
+        t = order[pos]
+        ratios[pos] = [max(ratios[pos + 1][r], val[t] / use[r][t] if use[r][t] > 0 and val[t] > 0 else 0.0)
+                       for r in range(len(caps))]
+
     def rest_bound(pos: int, left: list[float]) -> float:
         best = math.inf
-        for r, cap in enumerate(left):
-            ratio = max((val[order[t]] / use[r][order[t]] for t in range(pos, k) if use[r][order[t]] > 0
-                         and val[order[t]] > 0), default=0.0)
+        for ratio, cap in zip(ratios[pos], left):
             best = min(best, ratio * max(0.0, cap))
         return 0.0 if best is math.inf else best
 
-    def rec(pos: int, left: list[float], acc: float) -> bool:
+    def rec(pos: int, left: list[float], acc: float, loads: tuple = (), sw: int = 0) -> bool:
         if acc + rest_bound(pos, left) < threshold - 1e-12 * max(1.0, abs(threshold)):
             return True
         if pos == k:
@@ -215,7 +255,20 @@ def _enumerate(mm: _Master, pi: dict[int, float], threshold: float, limit: int) 
                 most = min(most, int(math.floor(cap / use[r][j] * (1 + 1e-12) + 1e-9)))
         for n in range(most, -1, -1):
             cur[j] = n
-            if not rec(pos + 1, [cap - n * use[r][j] for r, cap in enumerate(left)], acc + n * val[j]):
+            if mm.switched is None:
+                if not rec(pos + 1, [cap - n * use[r][j] for r, cap in enumerate(left)], acc + n * val[j]):
+                    return False
+                continue
+            # the switches the servers so far need (more servers need no fewer), and what is left once they are
+            # placed; the linear rows above ignore them, so this is where a pattern's switches are checked
+            nl = tuple(ld + n * pr[0][j] for ld, pr in zip(loads or (0.0,) * len(prows), prows))
+            nsw = max([0] + [math.ceil((ld - cap) / per - 1e-9) for ld, (_, per, cap) in zip(nl, prows)])
+            if nsw > k_ub:
+                continue
+            child = [cap - n * use[r][j] - kcs[r] * (nsw - sw) for r, cap in enumerate(left)]
+            if any(c < -t for c, t in zip(child, tol)):
+                continue
+            if not rec(pos + 1, child, acc + n * val[j], nl, nsw):
                 return False
         cur[j] = 0
         return True
@@ -241,6 +294,8 @@ def _disaggregate(mm: _Master, b: Built, p: Problem, sol: Solution) -> dict[str,
         for j, i in enumerate(mm.options):
             if (r, i) in b.n:
                 values[b.n[r, i]] = float(counts[j])
+        if mm.switched is not None and r in b.k:
+            values[b.k[r]] = float(mm.switched.switches(counts) or 0)
     return values
 
 
@@ -273,7 +328,10 @@ def solve_row(b: Built, p: Problem, solve_master: Callable[[Built], Solution], s
         if _fits(mm, pat):
             _add_pattern(mm, _maximal(mm, pat), p.racks)
     for j, i in enumerate(mm.options):  # each option alone, as many as fit
-        _add_pattern(mm, _maximal(mm, tuple(mm.ub[i] if jj == j else 0 for jj in range(len(mm.options)))), p.racks)
+        most = mm.ub[i]
+        while most > 0 and not _fits(mm, tuple(most if jj == j else 0 for jj in range(len(mm.options)))):
+            most -= 1  # with switches, the ports of ub servers may need more switches than fit
+        _add_pattern(mm, _maximal(mm, tuple(most if jj == j else 0 for jj in range(len(mm.options)))), p.racks)
     x = b.x
     bound, z_lp, converged, it, duals, lagrange = math.inf, None, False, 0, {}, math.inf
     t_cg = time.perf_counter()
@@ -413,15 +471,24 @@ def canonical_racks(b: Built, p: Problem, sol: Solution) -> Solution:
         return sol
     var_of = {v: (r, i) for (r, i), v in b.n.items()}
     options = sorted({i for (_, i) in b.n})
-    budgets = [({var_of[k][1]: a for k, a in c.terms.items()}, c.rhs) for c in b.model.constraints
-               if c.group in RACK_GROUPS and {var_of[k][0] for k in c.terms if k in var_of} == {0}]
+    k0 = b.k.get(0)
+    rows = [({var_of[k][1]: a for k, a in c.terms.items() if k in var_of}, c.terms.get(k0, 0.0) if k0 else 0.0, c.rhs)
+            for c in b.model.constraints
+            if c.group in RACK_GROUPS and {var_of[k][0] for k in c.terms if k in var_of} == {0}]
     ub = {i: int(b.model.vars[b.n[0, i]].ub) for i in options if (0, i) in b.n}
     if len(ub) != len(options) or any((r, i) not in b.n for r in range(p.racks) for i in options):
         return sol
     current = [[int(round(sol.values.get(b.n[r, i], 0.0))) for i in options] for r in range(p.racks)]
     totals = [sum(rk[j] for rk in current) for j in range(len(options))]
-    racks = (_even_split(options, budgets, ub, totals, p.racks) or _first_fit(options, budgets, ub, totals, p.racks)
-             or _type_split(options, budgets, ub, totals, p.racks) or _highs_split(options, budgets, ub, totals, p.racks))
+    if k0 is None:
+        budgets = [(use, cap) for use, _, cap in rows]
+        racks = (_even_split(options, budgets, ub, totals, p.racks)
+                 or _first_fit(options, budgets, ub, totals, p.racks)
+                 or _type_split(options, budgets, ub, totals, p.racks)
+                 or _highs_split(options, budgets, ub, totals, p.racks))
+    else:  # with switches a rack's fit is not linear in its servers: even split, then first fit by trial
+        sw = _SwitchedRack(rows, int(b.model.vars[k0].ub), options, ub)
+        racks = _even_split_by(sw.fits, totals, p.racks) or _first_fit_by(sw.fits, options, totals, p.racks)
     if racks is None:
         racks = current
     racks = sorted(racks, reverse=True)
@@ -429,9 +496,66 @@ def canonical_racks(b: Built, p: Problem, sol: Solution) -> Solution:
     for r, counts in enumerate(racks):
         for j, i in enumerate(options):
             values[b.n[r, i]] = float(counts[j])
+        if k0 is not None:
+            need = sw.switches(counts)
+            values[b.k[r]] = float(need if need is not None else round(sol.values.get(b.k[r], 0.0)))
     if _violations(b.model, values):
         return sol
     return Solution(sol.status, sol.objective, values, sol.best_bound, sol.gap, sol.seconds, sol.duals, sol.backend)
+
+
+class _SwitchedRack:
+    """One rack's budgets where top-of-rack switches k take power, air, space and weight and give ports:
+    rows (use per option, coefficient of k, capacity). The fewest switches a server vector needs is fixed by the
+    rows where k has a negative coefficient (ports); the vector fits when that many fit the other rows."""
+
+    def __init__(self, rows, k_ub: int, options: list[int], ub: dict[int, int]):
+        self.rows, self.k_ub, self.options, self.ub = rows, k_ub, options, ub
+
+    def switches(self, counts: list[int]) -> int | None:
+        k = 0
+        for use, kc, cap in self.rows:
+            if kc < 0:
+                load = sum(use.get(i, 0.0) * n for i, n in zip(self.options, counts)) - cap
+                k = max(k, math.ceil(load / -kc - 1e-9))
+        return k if k <= self.k_ub else None
+
+    def fits(self, counts: list[int]) -> bool:
+        if any(n > self.ub[i] for i, n in zip(self.options, counts)):
+            return False
+        k = self.switches(counts)
+        return k is not None and all(
+            sum(use.get(i, 0.0) * n for i, n in zip(self.options, counts)) + kc * k <= cap * (1 + 1e-12) + 1e-9
+            for use, kc, cap in self.rows if kc >= 0)
+
+
+def _even_split_by(fits, totals: list[int], racks: int) -> list[list[int]] | None:
+    out = [[n // racks for n in totals] for _ in range(racks)]
+    r = 0
+    for j, n in enumerate(totals):
+        for _ in range(n % racks):
+            out[r][j] += 1
+            r = (r + 1) % racks
+    return out if all(fits(rk) for rk in out) else None
+
+
+def _first_fit_by(fits, options: list[int], totals: list[int], racks: int) -> list[list[int]] | None:
+    """First fit, options in index order, each into the lowest rack with room (found by trial)."""
+    out = [[0] * len(options) for _ in range(racks)]
+    for j in range(len(options)):
+        need = totals[j]
+        for r in range(racks):
+            while need:
+                out[r][j] += 1
+                if not fits(out[r]):
+                    out[r][j] -= 1
+                    break
+                need -= 1
+            if not need:
+                break
+        if need:
+            return None
+    return out
 
 
 def _fits_budgets(budgets, ub: dict[int, int], options: list[int], counts: list[int]) -> bool:

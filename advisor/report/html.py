@@ -443,14 +443,23 @@ def elevation(cat: Catalog, res: OptimizeResult, rack: Rack, racks: int) -> list
                               "title": full})
                 pos += s.space_u_each
         used_top = pos - 1
+        usage = next((u for u in ev.racks if u.rack == r), None) if ev else None
+        sw = cat.switches[rack.tor_switch] if rack.tor_switch and rack.tor_switch in cat.switches else None
+        if usage is not None and usage.switches and sw is not None:  # top-of-rack switches under the reserved gear
+            for k in range(usage.switches):
+                items.append({"u": rack.height_u - rack.reserved_u - (k + 1) * sw.height_u + 1, "h": sw.height_u,
+                              "role": "reserved", "label": _truncate(f"ToR switch {sw.id} ({sw.height_u} U)",
+                                                                     g["label_chars"]),
+                              "title": f"{sw.name}: {sw.ports} ports, {rack.uplinks_per_switch} uplinks, "
+                                       f"{sw.power_w:,.0f} W"})
+            used_top += usage.switches * sw.height_u
         if rack.reserved_u:
             items.append({"u": rack.height_u - rack.reserved_u + 1, "h": rack.reserved_u, "role": "reserved",
-                          "label": f"reserved: switches, patch panels, PDUs ({rack.reserved_u} U)",
+                          "label": f"reserved: management switch, patch panels, PDUs ({rack.reserved_u} U)",
                           "title": f"reserved {rack.reserved_u} U, {rack.reserved_power_w:,.0f} W (rack profile)"})
         for it in items:
             it["y"] = g["top"] + (rack.height_u - (it["u"] + it["h"] - 1)) * g["upx"]
             it["px"] = it["h"] * g["upx"] - 1
-        usage = next((u for u in ev.racks if u.rack == r), None) if ev else None
         out.append({
             "rack": r, "height_u": rack.height_u, "items": items, "overflow": used_top > rack.usable_u,
             "free_u": max(0, rack.usable_u - used_top),
