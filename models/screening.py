@@ -25,6 +25,7 @@ from models.hardware import Rack
 from models.performance import cpu_call_seconds, stage_gpu_latency_s
 from models.pipeline import HOUR_S, LABEL_TOLERANCE, _queues, resolve_groups
 from models.queueing import max_arrival_for_wait
+from models.rack_physics import downlinks, rack_switch
 from models.workload import CpuStage, GpuStage, IoStage, Workload
 
 
@@ -62,6 +63,11 @@ class ServerMenu:
     air_heat_w: np.ndarray
     liquid_heat_w: np.ndarray
     space_u: np.ndarray
+    weight_kg: np.ndarray
+    ports: np.ndarray
+    """(S,) NIC ports per server (top-of-rack switches are sized from their sum)."""
+    switch: object
+    """The rack's top-of-rack switch (None when the rack takes none)."""
     gpu_latency: np.ndarray
     """(C, K) per class, seconds of LLM calls per task on serving setup k (unloaded)."""
     cpu_call_s_at_ref: np.ndarray
@@ -147,6 +153,8 @@ def server_menu(workload: Workload, rack: Rack, catalog: Catalog, groups: list[S
         qcores=qcores, qcap=qcap, qmem=qmem, qdisk=qdisk, qio=qio,
         power_w=np.array([p.power_w for p in prof]), air_heat_w=np.array([p.air_heat_w for p in prof]),
         liquid_heat_w=np.array([p.liquid_heat_w for p in prof]), space_u=np.array([p.space_u for p in prof]),
+        weight_kg=np.array([p.chassis.weight_kg for p in prof]),
+        ports=np.array([p.chassis.network_ports for p in prof], dtype=float), switch=rack_switch(rack, catalog),
         gpu_latency=gpu_latency.reshape(len(cls), len(skeys)), cpu_call_s_at_ref=cpu_ref, delay_s=delay,
         class_queue=np.array([qidx.get(class_queue.get(c.name), -1) for c in cls]),
         cpu_work=work, cpu_calls=calls, cpu_call_time_ref=ctime, cpu_hold_ref=hold, cpu_call_m2_ref=m2, io_mb=io_mb,
@@ -294,12 +302,26 @@ def screen(menu: ServerMenu, counts) -> Screening:
     else:
         bottleneck = np.full(p, -1)
         thr = nan.copy()
-    power = n @ menu.power_w + rack.reserved_power_w
-    air = n @ menu.air_heat_w + rack.reserved_power_w
+    # as models.pipeline.rack_usage: servers, the top-of-rack switches their NIC ports need, the reserved gear
+    sw = menu.switch
+    ports = n @ menu.ports
+    k_sw = np.where(ports > 0, np.ceil(ports / downlinks(rack, sw)), 0.0) if sw is not None else np.zeros(p)
+    sw_w = k_sw * sw.power_w if sw is not None else np.zeros(p)
+    power = n @ menu.power_w + rack.reserved_power_w + sw_w
+    air = n @ menu.air_heat_w + rack.reserved_power_w + sw_w
     liquid = n @ menu.liquid_heat_w
-    space = n @ menu.space_u + rack.reserved_u
-    within = ((power <= rack.power_kw * 1000 + 1e-9) & (air <= rack.air_cooling_kw * 1000 + 1e-9)
-              & (liquid <= rack.liquid_cooling_kw * 1000 + 1e-9) & (space <= rack.height_u + 1e-9))
+    space = n @ menu.space_u + rack.reserved_u + (k_sw * sw.height_u if sw is not None else 0.0)
+    weight = n @ menu.weight_kg + rack.reserved_weight_kg + (k_sw * sw.weight_kg if sw is not None else 0.0)
+
+    def fits(used, cap):
+        return used <= cap + 1e-9 * max(1.0, cap)
+
+    within = (fits(power, rack.power_kw * 1000) & fits(air, rack.air_cooling_kw * 1000)
+              & fits(liquid, rack.liquid_cooling_kw * 1000) & fits(space, rack.height_u))
+    if rack.feed_budget_w is not None:
+        within &= fits(power, rack.feed_budget_w)
+    if rack.max_weight_kg is not None:
+        within &= fits(weight, rack.max_weight_kg)
     return Screening(bound_names=names, bounds=bounds, effective=effective, throughput_tasks_per_hour=thr,
                      bottleneck=bottleneck, power_w=power, air_heat_w=air, liquid_heat_w=liquid, space_u=space,
                      within_budgets=within)
