@@ -16,6 +16,7 @@ GPU serving model (documented in docs/model.md):
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -287,3 +288,31 @@ def stage_gpu_latency_s(stage: GpuStage, model: ServedModel, serving: GpuServing
 def cpu_call_seconds(stage: CpuStage, per_core_perf: float) -> float:
     """Wall time of one tool call on cores of the given relative speed, work spread over its parallelism."""
     return stage.core_seconds / (stage.parallelism * per_core_perf)
+
+
+SERVING_CACHE_SIZE = 256
+"""Served-model derivations kept per (workload, GPU SKU, replica shape) by `cached_gpu_serving`."""
+_serving_cache: dict[tuple, tuple] = {}
+_serving_lock = threading.Lock()
+
+
+def cached_gpu_serving(workload: Workload, gpu: GpuSku, *args, **kwargs) -> GpuServing:
+    """`gpu_serving` remembered per (workload, GPU, arguments): an evaluation derives each serving setup once per
+    configuration, and the same workload and catalog come back across evaluations. Keyed by object identity; the
+    cache holds the (frozen) workload and GPU, so an identity is never reused for a different object while cached."""
+    key = (id(workload), id(gpu), args, tuple(sorted(kwargs.items())))
+    with _serving_lock:
+        hit = _serving_cache.get(key)
+    if hit is not None and hit[0] is workload and hit[1] is gpu:
+        return hit[2]
+    serving = gpu_serving(workload, gpu, *args, **kwargs)
+    with _serving_lock:
+        while len(_serving_cache) >= SERVING_CACHE_SIZE:
+            _serving_cache.pop(next(iter(_serving_cache)))
+        _serving_cache[key] = (workload, gpu, serving)
+    return serving
+
+
+def clear_serving_cache() -> None:
+    with _serving_lock:
+        _serving_cache.clear()

@@ -20,15 +20,15 @@ from dataclasses import dataclass
 
 import numpy as np
 from pydantic import Field
-from scipy.stats import norm
 
 from models.assumptions import ModelAssumptions
 from models.base import Frozen, Unbounded
 from models.catalog import Catalog, UnknownId
 from models.config import SHARED_QUEUE, Configuration, Queue
+from models.distributions import lognormal_mixture_quantiles
 from models.hardware import Rack
-from models.performance import (GpuServing, call_mix, cpu_call_seconds, gpu_serving, replica_domain, serving_key,
-                                stage_gpu_latency_s)
+from models.performance import (GpuServing, cached_gpu_serving, call_mix, cpu_call_seconds, replica_domain,
+                                serving_key, stage_gpu_latency_s)
 from models.queueing import (
     Station,
     birth_death_mean_number,
@@ -333,7 +333,7 @@ def resolve_groups(
             domain = replica_domain(g.gpus_per_server, chassis.scale_up_domain_gpus)
             skey = serving_key(gpu.id, domain)
             if skey not in servings:
-                servings[skey] = gpu_serving(workload, gpu, domain, assumptions.tensor_parallel_domain_gpus)
+                servings[skey] = cached_gpu_serving(workload, gpu, domain, assumptions.tensor_parallel_domain_gpus)
         elif chassis.role == "gpu":
             raise ValueError(f"{where}: chassis {chassis.id} is a GPU server; give gpu and gpus_per_server")
         try:
@@ -365,37 +365,6 @@ def resolve_groups(
                 )
         groups.append(_Group(i, g.count, g.rack, prof, qc))
     return groups, servings
-
-
-def _lognormal_mixture_quantile(weights, means, variances, q: float) -> float:
-    mus, sigmas = [], []
-    for m, v in zip(means, variances):
-        s2 = math.log1p(v / (m * m)) if m > 0 else 0.0
-        mus.append(math.log(m) - s2 / 2 if m > 0 else -math.inf)
-        sigmas.append(math.sqrt(s2))
-
-    def cdf(t: float) -> float:
-        tot = 0.0
-        for w, mu, sg in zip(weights, mus, sigmas):
-            if mu == -math.inf:
-                tot += w
-            elif sg == 0:
-                tot += w * (1.0 if math.log(t) >= mu else 0.0)
-            else:
-                tot += w * norm.cdf((math.log(t) - mu) / sg)
-        return tot
-
-    hi = max(means) * 2 + 1e-9
-    while cdf(hi) < q:
-        hi *= 2
-    lo = 0.0
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        if mid > 0 and cdf(mid) >= q:
-            hi = mid
-        else:
-            lo = mid
-    return hi
 
 
 def evaluate(
@@ -655,6 +624,10 @@ def evaluate(
             total = total + theta * s.pool_rate(np.asarray(n, dtype=float) * route[sku], replicas_by_sku[sku])
         return total
 
+    # equal keys <=> equal gpu_rate functions: lets the queueing solvers reuse a solved station (GpuServing hashes)
+    gpu_rate_key = ("gpu_rate", tuple(sorted((sku, s, cap_by_sku[sku], compute_by_sku[sku], route[sku], gpus_by_sku[sku])
+                                             for sku, s in servings.items())))
+
     closed: ClosedLoop | None = None
     gpu_stretch = 1.0
     qwait: dict[str, float] = {}
@@ -695,15 +668,16 @@ def evaluate(
         n_run = min(n_agents, a.max_closed_loop_agents)
         if has_llm and serving_cap > 0:
             mva_stations.append(Station("gpu", calls_per_task * mean_l0,
-                                        lambda n: gpu_rate(n) * mean_l0))
+                                        lambda n: gpu_rate(n) * mean_l0, rate_key=(gpu_rate_key, mean_l0)))
         for q in queues:
             if cpu_calls[q.name] > 0 and qservers.get(q.name, 0) > 0:
                 m = qcores[q.name] / (cpu_hold[q.name] / cpu_call_time[q.name])
                 mva_stations.append(Station(f"cpu:{q.name}", cpu_call_time[q.name],
-                                            lambda n, m=m: np.minimum(n, m)))
+                                            lambda n, m=m: np.minimum(n, m), rate_key=("servers", m)))
             if io_calls[q.name] > 0 and io_streams.get(q.name, 0) > 0:
                 mva_stations.append(Station(f"io:{q.name}", io_time[q.name],
-                                            lambda n, k=io_streams[q.name]: np.minimum(n, k)))
+                                            lambda n, k=io_streams[q.name]: np.minimum(n, k),
+                                            rate_key=("servers", io_streams[q.name])))
         if mva_stations:
             # queue lengths only when agents are given (they set the waits); for the memory-limited population
             # only its throughput is read, and the marginals of a 100-rack row's population underflow
@@ -742,7 +716,7 @@ def evaluate(
             stable = False
             warnings.append("operating point is at or above sustainable throughput: queues grow without bound")
         if has_llm and lam > 0 and stable and mean_l0 > 0:
-            nbar = birth_death_mean_number(lam * calls_per_task, gpu_rate, a.gpu_birth_death_states)
+            nbar = birth_death_mean_number(lam * calls_per_task, gpu_rate, a.gpu_birth_death_states, gpu_rate_key)
             gpu_stretch = (nbar / (lam * calls_per_task)) / mean_l0 if math.isfinite(nbar) else math.inf
         for q in queues:
             if cpu_calls[q.name] > 0:
@@ -832,9 +806,8 @@ def evaluate(
         else:
             resource_shares[st.resource] += w * st.service_s
     if stable and mix_mean > 0:
-        p50 = _lognormal_mixture_quantile(shares, means, variances, 0.5)
-        p95 = _lognormal_mixture_quantile(shares, means, variances, a.tail_quantile)
-        p99 = _lognormal_mixture_quantile(shares, means, variances, 0.99)
+        p50, p95, p99 = (float(t) for t in lognormal_mixture_quantiles(shares, means, variances,
+                                                                        [0.5, a.tail_quantile, 0.99]))
     else:
         p50 = p95 = p99 = None
     slo_met = None

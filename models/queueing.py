@@ -7,8 +7,11 @@ exact solution of closed product-form networks with load-dependent stations (Buz
 
 from __future__ import annotations
 
+import hashlib
 import math
-from collections.abc import Callable, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,6 +104,9 @@ class Station:
     name: str
     demand_s: float
     rate: Callable[[np.ndarray], np.ndarray]
+    rate_key: Hashable | None = None
+    """Optional hashable description of `rate` (equal keys mean equal functions): lets `exact_mva` find a solved
+    network in its cache without evaluating the rates."""
 
 
 @dataclass(frozen=True)
@@ -151,39 +157,132 @@ def _log_convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.log(conv) + ma + mb
 
 
+MVA_CACHE_SIZE = 64
+"""Closed-network solutions kept (keyed by the stations' product-form factors, think time and population), so a
+configuration evaluated again (an API client, a report, a benchmark) does not redo the O(K N^2) convolutions."""
+_mva_cache: OrderedDict[Hashable, ClosedResult] = OrderedDict()
+_cache_lock = threading.Lock()
+"""Guards both caches (the API evaluates in threads)."""
+
+
+def _cache_get(cache: OrderedDict, key: Hashable):
+    with _cache_lock:
+        hit = cache.get(key)
+        if hit is not None:
+            cache.move_to_end(key)
+        return hit
+
+
+def _cache_put(cache: OrderedDict, key: Hashable, value) -> None:
+    with _cache_lock:
+        cache[key] = value
+        while len(cache) > MVA_CACHE_SIZE:
+            cache.popitem(last=False)
+
+
+def _linear(log_f: np.ndarray) -> tuple[np.ndarray, int, float]:
+    """exp(log_f - max) without the leading and trailing entries that underflow to exactly 0 (they add nothing to
+    any convolution): (values, index of the first kept entry, the max)."""
+    m = float(np.max(log_f))
+    e = np.exp(log_f - m)
+    nz = np.flatnonzero(e)
+    return e[nz[0]:nz[-1] + 1], int(nz[0]), m
+
+
+def _conv_trimmed(a: tuple[np.ndarray, int, float], b: tuple[np.ndarray, int, float], n: int
+                  ) -> tuple[np.ndarray, int, float]:
+    """Convolution of two trimmed factors, first n entries (index n-1 at most), renormalized to max 1."""
+    va, oa, ma = a
+    vb, ob, mb = b
+    off = oa + ob
+    if off >= n:
+        return np.zeros(1), 0, -math.inf
+    c = np.convolve(va, vb)[:n - off]
+    top = float(np.max(c))
+    if top <= 0:
+        return np.zeros(1), 0, -math.inf
+    nz = np.flatnonzero(c)
+    return c[nz[0]:nz[-1] + 1] / top, off + int(nz[0]), ma + mb + math.log(top)
+
+
+def _dense(f: tuple[np.ndarray, int, float], n: int) -> np.ndarray:
+    """Trimmed factor as n entries (scaled to max 1; its log scale is f[2])."""
+    v, o, _ = f
+    out = np.zeros(n)
+    k = max(0, min(len(v), n - o))
+    out[o:o + k] = v[:k]
+    return out
+
+
+def _last_two(part: tuple[np.ndarray, int, float], f: tuple[np.ndarray, int, float], n_max: int
+              ) -> tuple[float, float, float]:
+    """Entries N and N-1 of part * f (scaled) and their common log scale: two dot products instead of a full
+    convolution when only X(N) = G(N-1) / G(N) is read."""
+    a = _dense(part, n_max + 1)
+    b = _dense(f, n_max + 1)
+    g_n = float(np.dot(a, b[::-1]))
+    g_n1 = float(np.dot(a[:-1], b[-2::-1])) if n_max >= 1 else 0.0
+    return g_n, g_n1, part[2] + f[2]
+
+
+def _mva_key(stations: Sequence[Station], base: list[np.ndarray], rates_at_n: list[float], think_s: float,
+             population: int, queue_lengths: bool) -> bytes:
+    h = hashlib.blake2b(digest_size=20)
+    h.update(repr((think_s, population, queue_lengths, [s.demand_s for s in stations], rates_at_n)).encode())
+    for lf in base:
+        h.update(lf.tobytes())
+    return h.digest()
+
+
 def exact_mva(stations: Sequence[Station], think_s: float, population: int, queue_lengths: bool = True) -> ClosedResult:
     """Exact solution of a single-class closed product-form network with load-dependent stations.
 
     Computed with the convolution algorithm (Buzen 1973; load-dependent form in Lazowska et al. 1984, ch. 20),
     which gives the same numbers as exact MVA but stays numerically stable for thousands of tasks because it works
-    with log normalizing constants: X(n) = G(n-1)/G(n); P_k(j) = f_k(j) G_-k(N-j) / G(N).
-    Little's law N = X (Z + sum_k R_k) holds exactly. Cost O(K^2 N^2) with K small.
+    with scaled normalizing constants: X(n) = G(n-1)/G(n); P_k(j) = f_k(j) G_-k(N-j) / G(N).
+    Little's law N = X (Z + sum_k R_k) holds exactly. Cost O(K^2 N^2) with K small, less in practice: entries of a
+    factor that underflow are dropped before convolving, and when only X(N) is read the last station enters by two
+    dot products. Results are kept in a small cache keyed by the stations' factors (`MVA_CACHE_SIZE`).
     """
     n_max = int(population)
     n_idx = np.arange(n_max + 1)
+    quick_key = None
+    if all(s.rate_key is not None for s in stations):
+        quick_key = ("keys", tuple((s.demand_s, s.rate_key) for s in stations), think_s, n_max, queue_lengths)
+        hit = _cache_get(_mva_cache, quick_key)
+        if hit is not None:
+            return hit
     base = [_log_station(s, n_max) for s in stations]
     base_delay = _log_delay(think_s, n_max)
 
-    def log_g(parts: list[np.ndarray], delay: np.ndarray) -> np.ndarray:
-        total = delay
-        for lf in parts:
-            total = _log_convolve(total, lf)
-        return total
-
     # Tilt by X^n: first with the asymptotic bound, then with the throughput that gives (Buzen's scaling idea).
     rates_at_n = [float(np.asarray(s.rate(np.array([float(n_max)])))[0]) / s.demand_s for s in stations if s.demand_s > 0]
+    key = quick_key or _mva_key(stations, base, rates_at_n, think_s, n_max, queue_lengths)
+    hit = _cache_get(_mva_cache, key)
+    if hit is not None:
+        return hit
     x_tilt = min(rates_at_n + [n_max / think_s if think_s > 0 else math.inf])
     if not math.isfinite(x_tilt) or x_tilt <= 0:
         x_tilt = 1.0
+    xs_n = math.nan
     for _ in range(2):
         lt = math.log(x_tilt)
-        logs = [lf + lt * n_idx for lf in base]
-        delay = base_delay + lt * n_idx
-        total = log_g(logs, delay)
-        with np.errstate(invalid="ignore", over="ignore"):
-            xs = x_tilt * np.exp(total[:-1] - total[1:])
-        if math.isfinite(xs[-1]) and xs[-1] > 0:
-            x_tilt = float(xs[-1])
+        facs = [_linear(lf + lt * n_idx) for lf in base]
+        delay = _linear(base_delay + lt * n_idx)
+        # every factor but the widest is convolved in (narrowest first); the widest enters by two dot products
+        order = sorted(range(len(facs)), key=lambda i: len(facs[i][0]))
+        part = delay
+        for i in order[:-1]:
+            part = _conv_trimmed(part, facs[i], n_max + 1)
+        if order:
+            g_n, g_n1, _ = _last_two(part, facs[order[-1]], n_max)
+        else:
+            d = _dense(part, n_max + 1)
+            g_n, g_n1 = float(d[-1]), float(d[-2]) if n_max >= 1 else 0.0
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            xs_n = x_tilt * (g_n1 / g_n) if g_n > 0 else math.inf
+        if math.isfinite(xs_n) and xs_n > 0:
+            x_tilt = float(xs_n)
     ql = np.full(len(stations), np.nan)
     if queue_lengths:
         # Marginal of station k: P(n_k = j) = f_k(j) G_-k(N - j) / G(N), with G_-k the network without k.
@@ -191,30 +290,61 @@ def exact_mva(stations: Sequence[Station], think_s: float, population: int, queu
             if stations[i].demand_s <= 0:
                 ql[i] = 0.0
                 continue
-            rest = log_g([lf for j, lf in enumerate(logs) if j != i], delay)
-            with np.errstate(invalid="ignore"):
-                logp = logs[i] + rest[::-1] - total[-1]
-            p = np.exp(np.where(np.isfinite(logp), logp, -np.inf))
-            if np.sum(p) > 0:
-                ql[i] = float(np.sum(n_idx * p) / np.sum(p))
+            rest = delay
+            for j in sorted((j for j in range(len(facs)) if j != i), key=lambda j: len(facs[j][0])):
+                rest = _conv_trimmed(rest, facs[j], n_max + 1)
+            p = _dense(facs[i], n_max + 1) * _dense(rest, n_max + 1)[::-1]
+            tot = float(np.sum(p))
+            if tot > 0 and math.isfinite(tot):
+                ql[i] = float(np.sum(n_idx * p) / tot)
             else:
-                # Marginal underflowed: E[n_k] = D_k d log G / d D_k by a central difference instead.
-                h = 1e-4
-                up = log_g([lf + h * n_idx if j == i else lf for j, lf in enumerate(logs)], delay)[-1]
-                dn = log_g([lf - h * n_idx if j == i else lf for j, lf in enumerate(logs)], delay)[-1]
-                ql[i] = (up - dn) / (2 * h)
-    x = float(xs[-1])
-    return ClosedResult(n_max, x, ql, ql / x, think_s)
+                ql[i] = _queue_length_by_derivative(base, base_delay, i, x_tilt, n_max)
+    x = float(xs_n)
+    res = ClosedResult(n_max, x, ql, ql / x, think_s)
+    _cache_put(_mva_cache, key, res)
+    return res
 
 
-def birth_death_mean_number(arrival_rate: float, rate: Callable[[np.ndarray], np.ndarray], cap: int) -> float:
+def _queue_length_by_derivative(base: list[np.ndarray], base_delay: np.ndarray, i: int, x_tilt: float,
+                                n_max: int) -> float:
+    """E[n_i] = D_i d log G / d D_i by a central difference, for a marginal that underflows."""
+    n_idx = np.arange(n_max + 1)
+    lt = math.log(x_tilt)
+    logs = [lf + lt * n_idx for lf in base]
+    delay = base_delay + lt * n_idx
+
+    def log_g(parts: list[np.ndarray]) -> np.ndarray:
+        total = delay
+        for lf in parts:
+            total = _log_convolve(total, lf)
+        return total
+
+    h = 1e-4
+    up = log_g([lf + h * n_idx if j == i else lf for j, lf in enumerate(logs)])[-1]
+    dn = log_g([lf - h * n_idx if j == i else lf for j, lf in enumerate(logs)])[-1]
+    return float((up - dn) / (2 * h))
+
+
+_birth_death_cache: OrderedDict[Hashable, float] = OrderedDict()
+
+
+def birth_death_mean_number(arrival_rate: float, rate: Callable[[np.ndarray], np.ndarray], cap: int,
+                            rate_key: Hashable | None = None) -> float:
     """Mean number in a birth-death station with Poisson arrivals and state-dependent service rate mu(n).
 
     pi(n) proportional to prod_{i=1..n} lambda / mu(i); truncated where the tail mass is negligible or at `cap`
-    states. Infinite if the saturated rate does not exceed the arrival rate.
+    states. Infinite if the saturated rate does not exceed the arrival rate. With `rate_key` (a hashable
+    description of `rate`) the result is cached: the same station at the same load is not solved twice.
     """
     if arrival_rate <= 0:
         return 0.0
+    if rate_key is not None:
+        key = (arrival_rate, cap, rate_key)
+        hit = _cache_get(_birth_death_cache, key)
+        if hit is None:
+            hit = birth_death_mean_number(arrival_rate, rate, cap)
+            _cache_put(_birth_death_cache, key, hit)
+        return hit
     n = np.arange(1, cap + 1, dtype=float)
     mu = np.asarray(rate(n), dtype=float)
     if mu[-1] <= arrival_rate:
@@ -230,3 +360,10 @@ def birth_death_mean_number(arrival_rate: float, rate: Callable[[np.ndarray], np
     total = w.sum() + tail_w
     mean = (np.arange(cap + 1) * w).sum() + tail_mean
     return float(mean / total)
+
+
+def clear_caches() -> None:
+    """Forget cached closed-network and birth-death solutions (benchmarks time the cold path with this)."""
+    with _cache_lock:
+        _mva_cache.clear()
+        _birth_death_cache.clear()

@@ -88,6 +88,7 @@ def test_solves_run_in_niced_worker_processes(tmp_path):
     assert not any(alive(k) for k in kids), "stopping the server leaves no worker behind"
 
 
+@pytest.mark.slow  # waits out a worker's death and replacement; the fast tier keeps the other worker tests
 def test_a_worker_that_dies_is_replaced(server):
     with server.client() as c:
         (first,) = workers_of(server.proc.pid)
@@ -121,6 +122,7 @@ def test_a_worker_that_dies_is_replaced(server):
     assert "exited with code -9" in server.log()
 
 
+@pytest.mark.slow  # waits out a worker's death and replacement; the fast tier keeps the other worker tests
 def test_a_worker_that_died_while_idle_is_replaced_before_its_next_job(server):
     with server.client() as c:
         assert c.post("/v1/optimize", json=QUICK).status_code == 200

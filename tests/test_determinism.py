@@ -26,6 +26,7 @@ from advisor.optimizer.settings import OptimizerSettings
 from models.catalog import Catalog
 from models.workload import Slo
 from oracle import random_instance
+from tiers import tiered
 
 MINI = Path(__file__).parent / "data" / "mini"
 
@@ -207,7 +208,7 @@ TIES = [
 ]
 
 
-@pytest.mark.parametrize("cat_name,kind,rack,racks,layout,kw", TIES,
+@pytest.mark.parametrize("cat_name,kind,rack,racks,layout,kw", tiered(TIES, 4),
                          ids=[f"{c}-{k}-{r}x{n}-{lay}-{'-'.join(map(str, kw.values())) or 'max'}"
                               for c, k, r, n, lay, kw in TIES])
 def test_backends_give_the_same_canonical_answer(mini, cat_name, kind, rack, racks, layout, kw):

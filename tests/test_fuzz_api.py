@@ -48,6 +48,10 @@ MAX_FUZZ_COUNT = 4
 MAX_FUZZ_RACKS = 4
 """Rows of racks in repaired requests (the schema allows 64; each solve is then slow without finding more)."""
 
+pytestmark = pytest.mark.slow
+"""The whole campaign is the slow tier (`python -m pytest -m slow`, run by .ci/run): about 2,000 requests against
+a real server. The fast tier covers the API with tests/test_api.py and the loaders' fuzzing in test_fuzz_loaders."""
+
 SPEC = create_app(ApiSettings()).openapi()
 SCHEMA = schemathesis.openapi.from_dict(
     SPEC,

@@ -154,6 +154,7 @@ def test_alias_expansion_is_counted_not_refused_outright():
 
 # ------------------------------------------------------------------------------------------------ catalog folders
 
+@pytest.mark.slow
 @FUZZ
 @given(st.sampled_from(sorted(MINI_DATA)), st.data())
 def test_mutated_catalog_loads_or_names_the_file(name, data):
@@ -172,6 +173,7 @@ def mini():
     return load_catalog(MINI)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.data())
 def test_mutated_workload_file_loads_or_names_the_file(mini, data):
@@ -184,6 +186,7 @@ def test_mutated_workload_file_loads_or_names_the_file(mini, data):
         _accepted_or_clear(lambda: evaluate_configuration(CONFIG, w, "r40", mini), EVAL_NAMES)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.data())
 def test_mutated_rack_and_configuration_files(mini, data):
@@ -252,6 +255,7 @@ def client(server):
         yield c
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.data())
 def test_api_inline_workload_and_rack(client, data):

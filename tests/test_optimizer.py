@@ -37,10 +37,14 @@ from oracle import (
     scaled_rack,
     tool_work_per_task,
 )
+from tiers import tiered
 
 REL = 1e-6
 N_ORACLE = 200
+N_ORACLE_FAST = 8
+"""Seeds of the oracle sweep in the fast tier (the other N_ORACLE - N_ORACLE_FAST run in the slow tier)."""
 N_BACKENDS = 40
+N_BACKENDS_FAST = 2
 N_LAYOUT_ORDER = 60
 GOLDEN = Path(__file__).parent / "golden" / "mini_hybrid.lp"
 
@@ -137,7 +141,7 @@ def test_oracle_continuous_part_by_hand():
     assert continuous_optimum_lp([gf], [1], wl) == pytest.approx(3100 / 312)
 
 
-@pytest.mark.parametrize("i", range(30))
+@pytest.mark.parametrize("i", tiered(range(30), 4))
 def test_oracle_greedy_matches_linprog(i):
     """The fractional-knapsack greedy equals scipy/HiGHS on every enumerated vector of small instances."""
     inst = _instance(_seed_for(i))
@@ -188,7 +192,7 @@ def _check_against_oracle(seed: int, layout: str, backend: str = "cbc", racks: i
 
 
 @pytest.mark.parametrize("layout", ["hybrid", "b"])
-@pytest.mark.parametrize("i", range(N_ORACLE))
+@pytest.mark.parametrize("i", tiered(range(N_ORACLE), N_ORACLE_FAST))
 def test_optimum_matches_oracle(i, layout):
     _check_against_oracle(_seed_for(i), layout)
 
@@ -197,13 +201,14 @@ N_SYSTEMS = 30
 
 
 @pytest.mark.parametrize("layout", ["hybrid", "b"])
-@pytest.mark.parametrize("i", range(N_SYSTEMS))
+@pytest.mark.parametrize("i", tiered(range(N_SYSTEMS), 3))
 def test_optimum_matches_oracle_with_systems(i, layout):
     """Catalogs with a rack-scale system (whole units of several trays, one integer variable per rack): the MILP
     finds the enumerated optimum, and what it places evaluates within budgets."""
     _check_against_oracle(20000 + i, layout, systems=True)
 
 
+@pytest.mark.slow  # solves all N_SYSTEMS instances; the fast tier keeps 3 of them in the oracle test above
 def test_systems_are_placed_whole_in_some_optimum():
     """The system instances exercise the system variable: some optima place one or more whole systems, and never
     a tray on its own."""
@@ -215,7 +220,7 @@ def test_systems_are_placed_whole_in_some_optimum():
     assert placed >= 3, placed
 
 
-@pytest.mark.parametrize("i", range(12))
+@pytest.mark.parametrize("i", tiered(range(12), 2))
 def test_backends_agree_with_systems(i):
     seed = 20000 + i
     cbc = _solve(seed, "hybrid", "cbc", 1, True)
@@ -226,7 +231,7 @@ def test_backends_agree_with_systems(i):
     _check_against_oracle(seed, "hybrid", "ortools", systems=True)
 
 
-@pytest.mark.parametrize("i", range(12))
+@pytest.mark.parametrize("i", tiered(range(12), 2))
 def test_optimum_matches_oracle_two_racks(i):
     _check_against_oracle(5000 + i, "hybrid", racks=2)
 
@@ -238,7 +243,7 @@ seeds 7000-7021 with the oracle, after the instances gained replica shapes, engi
 racks of different kinds, e.g. CPU-only nodes in one rack serving another's GPUs."""
 
 
-@pytest.mark.parametrize("seed,racks", ROW_BEATS_COPIES)
+@pytest.mark.parametrize("seed,racks", tiered(ROW_BEATS_COPIES, 2))
 def test_row_mixes_rack_kinds_matches_oracle(seed, racks):
     """Rows where copying the best rack is not optimal: the row search (rack patterns) must find the enumerated
     optimum of the server totals and prove it."""
@@ -256,7 +261,7 @@ def test_row_mixes_rack_kinds_matches_oracle(seed, racks):
 
 
 @pytest.mark.parametrize("layout", ["hybrid", "b"])
-@pytest.mark.parametrize("i", range(N_BACKENDS))
+@pytest.mark.parametrize("i", tiered(range(N_BACKENDS), N_BACKENDS_FAST))
 def test_backends_agree(i, layout):
     seed = _seed_for(i)
     cbc = _solve(seed, layout, "cbc")
@@ -270,7 +275,7 @@ def test_backends_agree(i, layout):
 # ------------------------------------------------------------------------------------------------ layout order
 
 
-@pytest.mark.parametrize("i", range(N_LAYOUT_ORDER))
+@pytest.mark.parametrize("i", tiered(range(N_LAYOUT_ORDER), 8))
 def test_hybrid_ge_b_ge_a_random(i):
     seed = _seed_for(i)
     a, b, h = (_solve(seed, lay).throughput_tasks_per_hour for lay in ("a", "b", "hybrid"))
@@ -282,7 +287,7 @@ PRESETS = [(w, r) for w in ("swe-agent", "rl-rollout", "batch-generation", "mode
            for r in ("air-40kw", "liquid-130kw")]
 
 
-@pytest.mark.parametrize("workload,rack", PRESETS)
+@pytest.mark.parametrize("workload,rack", tiered(PRESETS, 2))
 def test_hybrid_ge_b_ge_a_presets(workload, rack):
     cat = builtin_catalog()
     res = {lay: optimize(cat.workloads[workload], cat.racks[rack], cat, layout=lay, explain=False)
