@@ -107,7 +107,7 @@ def scaled_catalog(n_cpus: int, n_gpus: int, seed: int = 7) -> Catalog:
                                 bf16_tflops=g.bf16_tflops * f, fp8_tflops=g.fp8_tflops * f,
                                 memory_bandwidth_tbps=g.memory_bandwidth_tbps * rng.uniform(0.85, 1.15),
                                 price_usd=(g.price_usd * rng.uniform(0.8, 1.2)) if g.price_usd else None))
-        for sm_id, cals in new_cal.items():
+        for _sm_id, cals in new_cal.items():
             for c in list(cals):
                 if c["gpu"] == g.id:
                     cals.append({**c, "gpu": gid, "prefill_tokens_per_s": c["prefill_tokens_per_s"] * f,

@@ -39,7 +39,7 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> "Server":
+    def start(self, timeout: float = 60.0) -> Server:
         self.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("ADVISOR_")}
         env.update({f"ADVISOR_{k.upper()}": str(v) for k, v in self.settings.items()})
@@ -85,7 +85,7 @@ class KeepAlive:
     """One HTTP/1.1 connection to a server, never reopened behind the caller's back (http.client would): each
     request says whether it went over the same socket as the one before, and whether the server asked to close."""
 
-    def __init__(self, server: "Server", timeout: float = 120.0):
+    def __init__(self, server: Server, timeout: float = 120.0):
         import http.client
 
         self.conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=timeout)

@@ -202,7 +202,7 @@ class Chromium:
                 pass
         self._log.close()
 
-    def __enter__(self) -> "Chromium":
+    def __enter__(self) -> Chromium:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -142,7 +142,7 @@ def continuous_optimum_lp(options: list[ServerOption], counts, workload: Workloa
         row[1:1 + nf] = -1.0
         a_ub.append(row)
         b_ub.append(s_fixed)
-        for j, (g, k, c, perf, _f) in enumerate(flex):
+        for j, (g, k, _c, perf, _f) in enumerate(flex):
             row = np.zeros(nv)
             row[1 + j] = 1.0
             a_ub.append(row)
@@ -156,7 +156,7 @@ def continuous_optimum_lp(options: list[ServerOption], counts, workload: Workloa
     if w > 0:
         row = np.zeros(nv)
         row[0] = w
-        for j, (g, k, c, perf, _f) in enumerate(flex):
+        for j, (g, k, _c, perf, _f) in enumerate(flex):
             row[1 + nf + j] = perf if llm else 0.0
         a_ub.append(row)
         b_ub.append(t_fixed + sum(c * perf for _, _, c, perf, _f in flex))

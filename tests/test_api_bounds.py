@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 
 import pytest
 from fastapi.testclient import TestClient
@@ -41,7 +41,7 @@ def test_store_deletes_reports_older_than_max_age_on_write(tmp_path):
     import sqlite3
     from contextlib import closing
 
-    stale = (datetime.now(timezone.utc) - timedelta(days=31)).isoformat(timespec="seconds")
+    stale = (datetime.now(UTC) - timedelta(days=31)).isoformat(timespec="seconds")
     with closing(sqlite3.connect(tmp_path / "r.db")) as db, db:
         db.execute("UPDATE reports SET created = ? WHERE id = ?", (stale, old))
     assert st.get(old) is not None  # enforced on write, not on read

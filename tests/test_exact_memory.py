@@ -68,6 +68,7 @@ def test_memory_binding_mixed_skus_fast():
     assert statuses.count("optimal") >= 0.8 * len(statuses), statuses
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("block", range(8))
 def test_memory_oracle_sweep(block):
     """The instances of SWEEP_SEEDS (>= 100, `test_sweep_has_at_least_100_instances`) in 8 blocks, vectors up to

@@ -212,7 +212,7 @@ def test_mutated_scenario_file_loads_or_names_the_file(data):
         path.write_text(_yaml(bad), encoding="utf-8")
         scen = _accepted_or_clear(lambda: load_scenarios(path), str(path))
         for s in scen or []:
-            _accepted_or_clear(lambda: resolve(s), f"scenario {s.name!r}")
+            _accepted_or_clear(lambda s=s: resolve(s), f"scenario {s.name!r}")
 
 
 # ------------------------------------------------------------------------------------------------ CLI

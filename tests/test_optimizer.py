@@ -57,19 +57,19 @@ def _seed_for(i: int) -> int:
     return 1000 + i
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _instance(seed: int, racks: int = 1, systems: bool = False):
     return random_instance(seed, racks=racks, max_power_kw=30.0 if racks == 1 else 12.0, systems=systems)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _solve(seed: int, layout: str, backend: str = "cbc", racks: int = 1, systems: bool = False):
     inst = _instance(seed, racks, systems)
     return optimize(inst.workload, inst.rack, inst.catalog, layout=layout, racks=racks, backend=backend,
                     explain=False)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _oracle(seed: int, layout: str, racks: int = 1, systems: bool = False):
     inst = _instance(seed, racks, systems)
     return oracle(inst.catalog, inst.workload, inst.rack, layout, racks=racks)

@@ -52,7 +52,7 @@ def _slo_instance(seed: int):
     return inst, inst.workload.model_copy(update={"slo": Slo(tool_wait_p95_seconds=target)}), target
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _binding_seeds(n: int) -> list[int]:
     out = []
     for seed in range(9000, 9400):

@@ -16,7 +16,8 @@ import time
 import warnings
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Literal, TypeVar
+from typing import Any, Literal, TypeVar
+from collections.abc import Awaitable, Callable
 
 import anyio
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request, Response

@@ -14,7 +14,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 

@@ -8,7 +8,7 @@ import secrets
 import sqlite3
 from contextlib import closing
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +50,13 @@ class ReportStore:
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        db.execute("PRAGMA busy_timeout=%d" % int(BUSY_TIMEOUT_S * 1000))
+        db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         db.execute("PRAGMA synchronous=NORMAL")
         return db
 
     def put(self, request: dict[str, Any], result: dict[str, Any], html: str) -> StoredReport:
         rid = secrets.token_urlsafe(16)
-        created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        created = datetime.now(UTC).isoformat(timespec="seconds")
         with closing(self._connect()) as db, db:
             db.execute("BEGIN IMMEDIATE")
             self._prune(db, keep=(self.max_count - 1) if self.max_count else None)
@@ -67,7 +67,7 @@ class ReportStore:
 
     def _prune(self, db: sqlite3.Connection, keep: int | None) -> None:
         if self.max_age_days is not None:
-            cutoff = (datetime.now(timezone.utc) - timedelta(days=self.max_age_days)).isoformat(timespec="seconds")
+            cutoff = (datetime.now(UTC) - timedelta(days=self.max_age_days)).isoformat(timespec="seconds")
             db.execute("DELETE FROM reports WHERE created < ?", (cutoff,))
         if keep is not None:
             db.execute("DELETE FROM reports WHERE rowid NOT IN "

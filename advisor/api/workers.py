@@ -23,7 +23,8 @@ import queue
 import threading
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from advisor.cancel import CancelToken, cancellable
 from advisor.catalog import builtin_catalog, catalog_refs_only, load_catalog

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -83,10 +82,10 @@ def register(app: typer.Typer) -> None:
     def batch_cmd(
         scenarios: Path = typer.Argument(..., help="SCENARIOS.yaml or .csv."),
         out_dir: Path = typer.Option(..., "--out", "-o", help="Output folder (results.sqlite, CSV, JSON, HTML)."),
-        workers: Optional[int] = WORKERS,
-        scheduler: Optional[str] = SCHEDULER,
+        workers: int | None = WORKERS,
+        scheduler: str | None = SCHEDULER,
         retry_errors: bool = typer.Option(False, "--retry-errors", help="Solve again scenarios recorded as errors.", metavar=""),
-        catalog: Optional[Path] = typer.Option(None, "--catalog", help="Catalog folder for scenarios that name "
+        catalog: Path | None = typer.Option(None, "--catalog", help="Catalog folder for scenarios that name "
                                                "none (default: the built-in catalog)."),
         strict: bool = typer.Option(False, "--strict", help="Exit 3 also when a row is solved but not optimal "
                                                             "(infeasible, time limit).", metavar=""),
@@ -126,12 +125,12 @@ def register(app: typer.Typer) -> None:
     def sweep_cmd(
         workload: str = WORKLOAD, rack: str = RACK,
         vary: list[str] = typer.Option(..., "--vary", help="PATH=a:b:step or PATH=v1,v2 (once or twice)."),
-        out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for sweep.csv, sweep.svg/png and "
+        out_dir: Path | None = typer.Option(None, "--out", "-o", help="Folder for sweep.csv, sweep.svg/png and "
                                                                           "the results cache."),
-        racks: int = RACKS, catalog: Optional[Path] = CATALOG, gpus: Optional[list[str]] = GPUS,
-        cpus: Optional[list[str]] = CPUS, layouts: Optional[list[str]] = LAYOUTS, solver: str = SOLVER,
-        time_limit: float = TIME_LIMIT, reference_gpu: Optional[str] = REF_GPU, sets: Optional[list[str]] = SET,
-        workers: Optional[int] = WORKERS, scheduler: Optional[str] = SCHEDULER, quiet: bool = QUIET,
+        racks: int = RACKS, catalog: Path | None = CATALOG, gpus: list[str] | None = GPUS,
+        cpus: list[str] | None = CPUS, layouts: list[str] | None = LAYOUTS, solver: str = SOLVER,
+        time_limit: float = TIME_LIMIT, reference_gpu: str | None = REF_GPU, sets: list[str] | None = SET,
+        workers: int | None = WORKERS, scheduler: str | None = SCHEDULER, quiet: bool = QUIET,
     ) -> None:
         """Throughput, power per task and capital per task/h of each layout over one or two parameters."""
         from advisor.studies.batch import Runner
@@ -158,11 +157,11 @@ def register(app: typer.Typer) -> None:
         vary: str = typer.Option(..., "--vary", help="PATH=a:b, e.g. workload.tool_share=0:0.9."),
         tol: float = typer.Option(0.01, "--tol", help="Report the crossover to within this."),
         scan: int = typer.Option(4, "--scan", min=1, help="Intervals of the first scan (finds several crossovers)."),
-        out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Results cache folder."),
-        racks: int = RACKS, catalog: Optional[Path] = CATALOG, gpus: Optional[list[str]] = GPUS,
-        cpus: Optional[list[str]] = CPUS, layouts: Optional[list[str]] = LAYOUTS, solver: str = SOLVER,
-        time_limit: float = TIME_LIMIT, reference_gpu: Optional[str] = REF_GPU, sets: Optional[list[str]] = SET,
-        workers: Optional[int] = WORKERS, scheduler: Optional[str] = SCHEDULER, quiet: bool = QUIET,
+        out_dir: Path | None = typer.Option(None, "--out", "-o", help="Results cache folder."),
+        racks: int = RACKS, catalog: Path | None = CATALOG, gpus: list[str] | None = GPUS,
+        cpus: list[str] | None = CPUS, layouts: list[str] | None = LAYOUTS, solver: str = SOLVER,
+        time_limit: float = TIME_LIMIT, reference_gpu: str | None = REF_GPU, sets: list[str] | None = SET,
+        workers: int | None = WORKERS, scheduler: str | None = SCHEDULER, quiet: bool = QUIET,
     ) -> None:
         """The value of one parameter where the best layout changes (bisection)."""
         from advisor.studies.batch import Runner
@@ -192,11 +191,11 @@ def register(app: typer.Typer) -> None:
         workload: str = WORKLOAD, rack: str = RACK,
         against: Against = typer.Option(Against.cost, "--against", help="cost (capital USD) or power."),
         points: int = typer.Option(10, "--points", min=1, help="Throughput targets in the ladder."),
-        out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for pareto.csv, pareto.svg/png."),
-        racks: int = RACKS, catalog: Optional[Path] = CATALOG, gpus: Optional[list[str]] = GPUS,
-        cpus: Optional[list[str]] = CPUS, layouts: Optional[list[str]] = LAYOUTS, solver: str = SOLVER,
-        time_limit: float = TIME_LIMIT, sets: Optional[list[str]] = SET,
-        workers: Optional[int] = WORKERS, scheduler: Optional[str] = SCHEDULER, quiet: bool = QUIET,
+        out_dir: Path | None = typer.Option(None, "--out", "-o", help="Folder for pareto.csv, pareto.svg/png."),
+        racks: int = RACKS, catalog: Path | None = CATALOG, gpus: list[str] | None = GPUS,
+        cpus: list[str] | None = CPUS, layouts: list[str] | None = LAYOUTS, solver: str = SOLVER,
+        time_limit: float = TIME_LIMIT, sets: list[str] | None = SET,
+        workers: int | None = WORKERS, scheduler: str | None = SCHEDULER, quiet: bool = QUIET,
     ) -> None:
         """Throughput against capital cost or power: the least cost for each throughput target (Pareto front)."""
         from advisor.studies.batch import Runner
@@ -221,11 +220,11 @@ def register(app: typer.Typer) -> None:
     @app.command("robustness")
     def robustness_cmd(
         scenarios: Path = typer.Argument(..., help="Scenario file with `samples:`."),
-        out_dir: Optional[Path] = typer.Option(None, "--out", "-o", help="Folder for the results cache, "
+        out_dir: Path | None = typer.Option(None, "--out", "-o", help="Folder for the results cache, "
                                                                           "robustness.csv and robustness.svg/png."),
-        catalog: Optional[Path] = typer.Option(None, "--catalog", help="Catalog folder for scenarios that name "
+        catalog: Path | None = typer.Option(None, "--catalog", help="Catalog folder for scenarios that name "
                                                "none (default: the built-in catalog)."),
-        workers: Optional[int] = WORKERS, scheduler: Optional[str] = SCHEDULER, quiet: bool = QUIET,
+        workers: int | None = WORKERS, scheduler: str | None = SCHEDULER, quiet: bool = QUIET,
     ) -> None:
         """Monte Carlo: how often each layout wins over sampled inputs, and the regret of choosing each."""
         import csv

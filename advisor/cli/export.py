@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -26,20 +25,20 @@ class _Layout(str, Enum):
 def register(app: typer.Typer) -> None:
     @app.command("export")
     def export_cmd(
-        config: Optional[Path] = typer.Argument(None, help="Configuration YAML (as `advisor optimize --save-config` "
+        config: Path | None = typer.Argument(None, help="Configuration YAML (as `advisor optimize --save-config` "
                                                            "writes); omitted: optimize first."),
         fmt: _Format = typer.Option(..., "--format", "-f", help="k8s, slurm or prometheus."),
-        workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload preset id or YAML file."),
-        rack: Optional[str] = typer.Option(None, "--rack", "-r", help="Rack profile id or YAML file."),
+        workload: str | None = typer.Option(None, "--workload", "-w", help="Workload preset id or YAML file."),
+        rack: str | None = typer.Option(None, "--rack", "-r", help="Rack profile id or YAML file."),
         racks: int = typer.Option(1, "--racks", min=1, help="Racks in the row (when optimizing)."),
         layout: _Layout = typer.Option(_Layout.hybrid, "--layout", help="Layout to optimize (when optimizing)."),
         time_limit: float = typer.Option(60.0, "--time-limit", min=1, help="Solver seconds (when optimizing)."),
-        catalog_dir: Optional[Path] = typer.Option(None, "--catalog", help="Catalog folder instead of the built-in one."),
-        settings_file: Optional[Path] = typer.Option(None, "--settings", help="YAML of export settings "
+        catalog_dir: Path | None = typer.Option(None, "--catalog", help="Catalog folder instead of the built-in one."),
+        settings_file: Path | None = typer.Option(None, "--settings", help="YAML of export settings "
                                                      "(advisor.export.ExportSettings) to override."),
         headroom: float = typer.Option(0.5, "--alert-headroom", min=0.01, max=0.99,
                                        help="Alerts sit this far from the expected value towards the limit."),
-        output: Optional[Path] = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
+        output: Path | None = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
     ) -> None:
         """Kubernetes manifests, a Slurm configuration bundle or Prometheus alerting rules for a configuration."""
         import yaml

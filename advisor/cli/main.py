@@ -6,7 +6,6 @@ import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.table import Table
@@ -55,7 +54,7 @@ SOURCE_WIDTH = 60
 def catalog(
     kind: Kind = typer.Argument(Kind.cpus, help="Which table to list."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list of entries.", metavar=""),
-    catalog_dir: Optional[Path] = CATALOG_OPT,
+    catalog_dir: Path | None = CATALOG_OPT,
 ) -> None:
     """List catalog entries, each with its id and source."""
     cat = _catalog(catalog_dir)
@@ -97,11 +96,11 @@ class SolverOpt(str, Enum):
 def evaluate_cmd(
     config: Path = typer.Argument(..., help="Configuration YAML or JSON (servers, queues), or an optimize or compare "
                                             "answer (--json output, or a layout of one) as it is."),
-    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload preset id or YAML file."),
-    rack: Optional[str] = typer.Option(None, "--rack", "-r", help="Rack profile id or YAML file."),
-    layout: Optional[LayoutOpt] = typer.Option(None, "--layout", help="Of a compare answer, evaluate this layout "
+    workload: str | None = typer.Option(None, "--workload", "-w", help="Workload preset id or YAML file."),
+    rack: str | None = typer.Option(None, "--rack", "-r", help="Rack profile id or YAML file."),
+    layout: LayoutOpt | None = typer.Option(None, "--layout", help="Of a compare answer, evaluate this layout "
                                                                       "(default: its best layout)."),
-    catalog_dir: Optional[Path] = CATALOG_OPT,
+    catalog_dir: Path | None = CATALOG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON.", metavar=""),
 ) -> None:
     """Throughput, bottleneck, GPU idle time, stage shares, latency, power and space of one configuration.
@@ -165,16 +164,16 @@ def optimize_cmd(
     solver: SolverOpt = typer.Option(SolverOpt.cbc, "--solver"),
     time_limit: float = typer.Option(60.0, "--time-limit", min=1, help="Seconds for the whole optimization."),
     objective: ObjectiveOpt = typer.Option(ObjectiveOpt.max_throughput, "--objective"),
-    required: Optional[float] = typer.Option(None, "--required-tasks-per-hour", help="For min_cost / min_power: the sustainable tasks/h to reach; for min_tco_for_throughput: the tasks/h "
+    required: float | None = typer.Option(None, "--required-tasks-per-hour", help="For min_cost / min_power: the sustainable tasks/h to reach; for min_tco_for_throughput: the tasks/h "
                                    "to serve at the operating load fraction."),
-    capital: Optional[float] = typer.Option(None, "--capital-usd", help="Capital budget in USD."),
-    gpus: Optional[list[str]] = typer.Option(None, "--gpu", help="Only these GPU SKUs (repeat)."),
-    cpus: Optional[list[str]] = typer.Option(None, "--cpu", help="Only these CPU SKUs (repeat)."),
+    capital: float | None = typer.Option(None, "--capital-usd", help="Capital budget in USD."),
+    gpus: list[str] | None = typer.Option(None, "--gpu", help="Only these GPU SKUs (repeat)."),
+    cpus: list[str] | None = typer.Option(None, "--cpu", help="Only these CPU SKUs (repeat)."),
     gap: float = typer.Option(1e-6, "--gap", min=0, max=0.5, help="Relative MIP gap at which to stop."),
-    catalog_dir: Optional[Path] = CATALOG_OPT,
+    catalog_dir: Path | None = CATALOG_OPT,
     as_json: bool = typer.Option(False, "--json", metavar=""),
     quiet: bool = QUIET_OPT,
-    save_config: Optional[Path] = typer.Option(None, "--save-config", help="Write the chosen configuration as YAML "
+    save_config: Path | None = typer.Option(None, "--save-config", help="Write the chosen configuration as YAML "
                                                "(a workload or rack from a file is written into it, so that "
                                                "`advisor evaluate` of the saved file gives this answer anywhere)."),
 ) -> None:
@@ -217,9 +216,9 @@ def compare_cmd(
     racks: int = typer.Option(1, "--racks", min=1),
     solver: SolverOpt = typer.Option(SolverOpt.cbc, "--solver"),
     time_limit: float = typer.Option(60.0, "--time-limit", min=1, help="Seconds for the whole comparison (all three layouts)."),
-    gpus: Optional[list[str]] = typer.Option(None, "--gpu", help="Only these GPU SKUs (repeat)."),
-    cpus: Optional[list[str]] = typer.Option(None, "--cpu", help="Only these CPU SKUs (repeat)."),
-    catalog_dir: Optional[Path] = CATALOG_OPT,
+    gpus: list[str] | None = typer.Option(None, "--gpu", help="Only these GPU SKUs (repeat)."),
+    cpus: list[str] | None = typer.Option(None, "--cpu", help="Only these CPU SKUs (repeat)."),
+    catalog_dir: Path | None = CATALOG_OPT,
     as_json: bool = typer.Option(False, "--json", metavar=""),
     quiet: bool = QUIET_OPT,
 ) -> None:
@@ -251,12 +250,12 @@ def compare_cmd(
 def chip_vs_rack_cmd(
     workload: str = WORKLOAD_OPT,
     rack: str = RACK_OPT,
-    gpu: Optional[list[str]] = typer.Option(None, "--gpu", help="Two GPU SKUs to compare."),
-    cpu: Optional[list[str]] = typer.Option(None, "--cpu", help="Two CPU SKUs to compare."),
+    gpu: list[str] | None = typer.Option(None, "--gpu", help="Two GPU SKUs to compare."),
+    cpu: list[str] | None = typer.Option(None, "--cpu", help="Two CPU SKUs to compare."),
     layout: LayoutOpt = typer.Option(LayoutOpt.hybrid, "--layout"),
     racks: int = typer.Option(1, "--racks", min=1),
     solver: SolverOpt = typer.Option(SolverOpt.cbc, "--solver"),
-    catalog_dir: Optional[Path] = CATALOG_OPT,
+    catalog_dir: Path | None = CATALOG_OPT,
     as_json: bool = typer.Option(False, "--json", metavar=""),
     quiet: bool = QUIET_OPT,
 ) -> None:

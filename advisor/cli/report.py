@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from enum import Enum
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -26,10 +25,10 @@ class _Solver(str, Enum):
 def register(app: typer.Typer) -> None:
     @app.command("serve")
     def serve(
-        host: Optional[str] = typer.Option(None, "--host", help="Address to listen on (default ADVISOR_HOST or 127.0.0.1)."),
-        port: Optional[int] = typer.Option(None, "--port", help="TCP port (default ADVISOR_PORT or 8000)."),
+        host: str | None = typer.Option(None, "--host", help="Address to listen on (default ADVISOR_HOST or 127.0.0.1)."),
+        port: int | None = typer.Option(None, "--port", help="TCP port (default ADVISOR_PORT or 8000)."),
         log_level: str = typer.Option("info", "--log-level"),
-        catalog_dir: Optional[Path] = typer.Option(None, "--catalog", help="Catalog folder to serve (default "
+        catalog_dir: Path | None = typer.Option(None, "--catalog", help="Catalog folder to serve (default "
                                                    "ADVISOR_CATALOG or the built-in one)."),
     ) -> None:
         """Run the HTTP API (OpenAPI docs at /docs). Settings come from ADVISOR_* environment variables."""
@@ -63,14 +62,14 @@ def register(app: typer.Typer) -> None:
         workload: str = typer.Option(..., "--workload", "-w", help="Workload preset id or YAML file."),
         rack: str = typer.Option(..., "--rack", "-r", help="Rack profile id or YAML file."),
         racks: int = typer.Option(1, "--racks", min=1, help="Racks in the row."),
-        layout: Optional[_Layout] = typer.Option(None, "--layout", help="Recommend this layout (default: the best)."),
+        layout: _Layout | None = typer.Option(None, "--layout", help="Recommend this layout (default: the best)."),
         compare: bool = typer.Option(False, "--compare", help="Recommend the best of A, B and hybrid (default).", metavar=""),
         solver: _Solver = typer.Option(_Solver.cbc, "--solver"),
         time_limit: float = typer.Option(30.0, "--time-limit", min=1, help="Seconds for the whole report (comparison, sweeps, chip-vs-rack)."),
         no_sensitivity: bool = typer.Option(False, "--no-sensitivity", help="Skip the sensitivity sweeps (faster).", metavar=""),
-        catalog_dir: Optional[Path] = typer.Option(None, "--catalog", help="Catalog folder instead of the built-in one."),
+        catalog_dir: Path | None = typer.Option(None, "--catalog", help="Catalog folder instead of the built-in one."),
         output: Path = typer.Option(Path("report.html"), "--output", "-o", help="HTML file to write."),
-        json_out: Optional[Path] = typer.Option(None, "--json", help="Also write the report's figures as JSON."),
+        json_out: Path | None = typer.Option(None, "--json", help="Also write the report's figures as JSON."),
         quiet: bool = QUIET_OPT,
     ) -> None:
         """Write a self-contained HTML recommendation report (open it in any browser; prints on A4/Letter)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -39,19 +38,19 @@ def _num(x, fmt=",.1f") -> str:
 
 def simulate_cmd(
     config: Path = typer.Argument(..., help="Configuration YAML."),
-    workload: Optional[str] = typer.Option(None, "--workload", "-w", help="Workload preset id or YAML file."),
-    rack: Optional[str] = typer.Option(None, "--rack", "-r", help="Rack profile id or YAML file."),
-    agents: Optional[int] = typer.Option(None, "--agents", min=1, help="Closed loop of N agents."),
-    arrival_rate: Optional[float] = typer.Option(None, "--arrival-rate", help="Open arrivals, tasks per hour."),
+    workload: str | None = typer.Option(None, "--workload", "-w", help="Workload preset id or YAML file."),
+    rack: str | None = typer.Option(None, "--rack", "-r", help="Rack profile id or YAML file."),
+    agents: int | None = typer.Option(None, "--agents", min=1, help="Closed loop of N agents."),
+    arrival_rate: float | None = typer.Option(None, "--arrival-rate", help="Open arrivals, tasks per hour."),
     seed: int = typer.Option(0, "--seed"),
-    duration: Optional[float] = typer.Option(None, "--duration", help="Measurement window, simulated seconds "
+    duration: float | None = typer.Option(None, "--duration", help="Measurement window, simulated seconds "
                                              "(default: ~2,000 tasks, at least 20 mean task times)."),
-    warmup: Optional[float] = typer.Option(None, "--warmup", help="Discarded warm-up, simulated seconds."),
+    warmup: float | None = typer.Option(None, "--warmup", help="Discarded warm-up, simulated seconds."),
     replications: int = typer.Option(5, "--replications", min=1),
     wall_clock: float = typer.Option(300.0, "--wall-clock", help="Wall-clock guard per replication, seconds."),
     no_memory: bool = typer.Option(False, "--no-memory-limit", help="Do not limit live tasks by sandbox memory.", metavar=""),
     as_json: bool = typer.Option(False, "--json", help="Print JSON.", metavar=""),
-    catalog_dir: Optional[Path] = CATALOG_OPT,
+    catalog_dir: Path | None = CATALOG_OPT,
 ) -> None:
     """Simulate a configuration (discrete-event, SimPy) and set it beside the closed form at the same operating point."""
     from advisor.catalog import load_configuration
@@ -133,13 +132,13 @@ def simulate_cmd(
 def fit_cmd(
     traces: Path = typer.Argument(..., help="Trace file: JSONL, CSV or OpenTelemetry JSON export."),
     output: Path = typer.Option(..., "-o", "--output", help="Workload YAML to write."),
-    served_model: Optional[str] = typer.Option(None, "--served-model", help="Served model id (default: the "
+    served_model: str | None = typer.Option(None, "--served-model", help="Served model id (default: the "
                                                "catalog's first)."),
     cpu: str = typer.Option("xeon-8480c", "--cpu", help="CPU SKU the traces were measured on (per-core speed)."),
-    workload_id: Optional[str] = typer.Option(None, "--id", help="Workload id (default: the output file's stem)."),
+    workload_id: str | None = typer.Option(None, "--id", help="Workload id (default: the output file's stem)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
     as_json: bool = typer.Option(False, "--json", help="Print stage shares and bad rows as JSON.", metavar=""),
-    catalog_dir: Optional[Path] = CATALOG_OPT,
+    catalog_dir: Path | None = CATALOG_OPT,
 ) -> None:
     """Fit a workload profile from traces; prints each stage's share of task time with 95% CIs first."""
     import yaml
@@ -193,10 +192,10 @@ def gen_traces_cmd(
     tasks: int = typer.Option(..., "-n", "--tasks", min=1, help="Tasks to generate."),
     output: Path = typer.Option(..., "-o", "--output", help="Output file (.csv for CSV, else JSONL)."),
     seed: int = typer.Option(0, "--seed"),
-    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU SKU timing the LLM calls (default: the served "
+    gpu: str | None = typer.Option(None, "--gpu", help="GPU SKU timing the LLM calls (default: the served "
                                       "model's first calibrated GPU)."),
     cpu: str = typer.Option("xeon-8480c", "--cpu", help="CPU SKU the tools run on."),
-    catalog_dir: Optional[Path] = CATALOG_OPT,
+    catalog_dir: Path | None = CATALOG_OPT,
 ) -> None:
     """Write seeded synthetic traces (one span per stage occurrence) drawn from a workload profile."""
     from advisor.catalog import load_workload

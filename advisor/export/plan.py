@@ -93,7 +93,7 @@ class ExportSettings(Input):
                              f"{', '.join(self.gpu_devices)}; add it to the export settings' gpu_devices)") from None
 
     @model_validator(mode="after")
-    def _order(self) -> "ExportSettings":
+    def _order(self) -> ExportSettings:
         if self.inference_priority <= self.tool_queue_priority:
             raise ValueError("inference_priority must be above tool_queue_priority")
         return self

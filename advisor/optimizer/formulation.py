@@ -243,7 +243,7 @@ def build(p: Problem, memory: bool = True) -> Built:
     add_rack_budgets(m, p, n, k)
     add_capital(m, p, n)
     count = {}  # option -> {n var: 1} across racks
-    for (r, i), v in n.items():
+    for (_r, i), v in n.items():
         count.setdefault(i, {})[v] = 1.0
 
     has_llm = any(isinstance(s, GpuStage) for c in p.workload.classes for s in c.stages)
@@ -281,7 +281,7 @@ def build(p: Problem, memory: bool = True) -> Built:
                     or disk_d[qi] > 0 or any(disk_g[qi].values()) or any(disk_s[qi].values()))
     needs_choice = memory and any(holds(qi) for qi in range(len(p.partition)))
     y: dict[tuple[int, int], str] = {}
-    for qi, q in enumerate(p.partition):
+    for qi, _q in enumerate(p.partition):
         for i, o in enumerate(p.options):
             if o.profile.tool_cores > 0 and i in count:
                 y[i, qi] = m.var(f"y_o{i}_q{qi}", 0, None)

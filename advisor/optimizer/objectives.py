@@ -94,7 +94,7 @@ def add_tco(m: LinearModel, b: Built, p: Problem, costs: CostAssumptions, load_f
             cost[e] = j * usd_j
         m.add("dispatch_gpu", "energy_dispatch", flow, "==", 0.0)
     work, *_ = _queue_coeffs(p)
-    for qi, qname in enumerate(p.queue_names):
+    for qi, _qname in enumerate(p.queue_names):
         if work[qi] <= 0:
             continue
         flow = {lam: -1.0}

@@ -10,7 +10,7 @@ import io
 import math
 import re
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from importlib import resources
 from typing import Any, Literal
 
@@ -91,7 +91,7 @@ class ReportRequest(BoundedNumbers):
         return sorted(set(v))
 
     @model_validator(mode="after")
-    def _one(self) -> "ReportRequest":
+    def _one(self) -> ReportRequest:
         if self.layout is not None and self.compare:
             raise ValueError("give layout or compare, not both")
         return self
@@ -928,7 +928,7 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
     }
     ctx = {
         "title": f"Rack recommendation: {w.name} in {rack.name}",
-        "generated": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "req": req, "workload": w, "rack": rack, "cmp": cmp, "res": res, "ev": ev, "glance": glance,
         "bom": bill_of_materials(cat, res, rack, req.racks, s.assumptions.costs), "elevation": elevation(cat, res, rack, req.racks),
         "split": split, "charts": charts, "sweeps": sweeps, "cvr": cvr, "cvr_error": cvr_error,

@@ -63,7 +63,7 @@ import math
 from collections import deque
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import simpy

@@ -63,7 +63,7 @@ class LinearModel:
                 raise KeyError(f"constraint {name} uses unknown variable {k}")
         self.constraints.append(Constraint(name, group, terms, sense, rhs))
 
-    def copy(self) -> "LinearModel":
+    def copy(self) -> LinearModel:
         return LinearModel(self.name, dict(self.vars), list(self.constraints), dict(self.objective), self.maximize,
                            self.check_group)
 

@@ -9,7 +9,7 @@ import math
 import os
 import re
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -167,7 +167,7 @@ def render_html(rows: list[dict], title: str = "rack-advisor batch") -> str:
     override_keys = sorted({k for e in piv for k in e["overrides"]})
     solve_s = sum(r["solve_seconds"] or 0.0 for r in rows)
     return env.get_template("batch.html.j2").render(
-        title=title, generated=datetime.now(timezone.utc).isoformat(timespec="seconds"), rows=rows, pivot=piv,
+        title=title, generated=datetime.now(UTC).isoformat(timespec="seconds"), rows=rows, pivot=piv,
         layouts=layouts, statuses=sorted(statuses.items()), errors=errors, override_keys=override_keys,
         charts=_charts(rows, piv), solve_seconds=solve_s, colors=LAYOUT_COLORS,
         wins=Counter(e["best"] for e in piv if e["best"]))

@@ -28,7 +28,7 @@ COLUMN_NAMES = tuple(c for c, _ in COLUMNS)
 
 def connect(path: Path) -> sqlite3.Connection:
     db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-    db.execute("PRAGMA busy_timeout=%d" % int(BUSY_TIMEOUT_S * 1000))
+    db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=FULL")
     db.execute(f"CREATE TABLE IF NOT EXISTS results ({', '.join(f'{c} {t}' for c, t in COLUMNS)}, "
