@@ -44,8 +44,7 @@ class _SolveRequest(_Request):
     """Racks in the row, each with the profile's budgets."""
     solver: Literal["cbc", "ortools"] = "cbc"
     time_limit_s: float | None = Field(default=None, gt=0)
-    """Wall-clock limit in seconds for the whole request, time queued for a worker included (capped by the
-    server's time_limit_cap_s; omitted: the cap)."""
+    """Solver time limit in seconds (capped by the server's time_limit_cap_s; omitted: the cap)."""
     gpu_ids: list[str] | None = None
     """Only these GPU SKUs."""
     cpu_ids: list[str] | None = None
@@ -112,7 +111,7 @@ class ExportRequest(_Request):
     racks: int = Field(default=1, ge=1, le=MAX_RACKS)
     solver: Literal["cbc", "ortools"] = "cbc"
     time_limit_s: float | None = Field(default=None, gt=0)
-    """Wall-clock limit for the whole request, all three layouts (capped by the server's time_limit_cap_s)."""
+    """Solver time limit (capped by the server's time_limit_cap_s)."""
     alert_headroom: float = Field(default=0.5, gt=0, lt=1)
     """Alert thresholds sit this far from the model's value towards the metric's limit (as in reports)."""
     assumptions: ModelAssumptions | None = None

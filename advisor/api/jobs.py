@@ -6,8 +6,6 @@ for input the user can fix (422) and lets anything else through (500)."""
 
 from __future__ import annotations
 
-import time
-
 from advisor.catalog import load_rack, load_workload
 from advisor.optimizer.compare import ChipVsRack, LayoutComparison, chip_vs_rack, compare_layouts
 from advisor.errors import InputError
@@ -38,23 +36,8 @@ def evaluate_job(cat: Catalog, req: EvaluateRequest) -> Evaluation:
     return evaluate_configuration(req.configuration, req.workload, req.rack, cat, req.assumptions)
 
 
-def _left(time_limit_s: float, end_unix: float | None) -> float:
-    """The request's time left when the job starts: the HTTP cap covers the whole request, time queued for a worker
-    included (`end_unix`: when the request must be answered, on the machine's clock)."""
-    if end_unix is None:
-        return time_limit_s
-    return max(MIN_JOB_S, min(time_limit_s, end_unix - time.time()))
-
-
-MIN_JOB_S = 0.1
-"""A job that starts with its request's time already spent still runs one short search (every solve takes at
-least a second: advisor/deadline.py) rather than none, so the answer says `time_limit` instead of failing."""
-
-
-def optimize_job(cat: Catalog, req: OptimizeRequest, time_limit_s: float,
-                 end_unix: float | None = None) -> OptimizeResult:
+def optimize_job(cat: Catalog, req: OptimizeRequest, time_limit_s: float) -> OptimizeResult:
     w, r, s = solve_inputs(cat, req)
-    time_limit_s = _left(time_limit_s, end_unix)
     try:
         return optimize(w, r, cat, layout=req.layout, racks=req.racks, backend=req.solver, time_limit_s=time_limit_s,
                         objective=req.objective, required_tasks_per_hour=req.required_tasks_per_hour,
@@ -64,10 +47,8 @@ def optimize_job(cat: Catalog, req: OptimizeRequest, time_limit_s: float,
         raise InputError(str(e)) from None
 
 
-def compare_job(cat: Catalog, req: CompareRequest, time_limit_s: float,
-                end_unix: float | None = None) -> LayoutComparison:
+def compare_job(cat: Catalog, req: CompareRequest, time_limit_s: float) -> LayoutComparison:
     w, r, s = solve_inputs(cat, req)
-    time_limit_s = _left(time_limit_s, end_unix)
     try:
         return compare_layouts(w, r, cat, racks=req.racks, backend=req.solver, time_limit_s=time_limit_s,
                                gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids, settings=s, explain=req.explain)
@@ -112,8 +93,6 @@ def chip_vs_rack_job(cat: Catalog, req: ChipVsRackRequest, time_limit_s: float) 
         raise InputError(str(e)) from None
 
 
-def report_job(cat: Catalog, req: ReportRequest, end_unix: float | None = None) -> tuple[str, dict]:
+def report_job(cat: Catalog, req: ReportRequest) -> tuple[str, dict]:
     """The report's HTML and data (the server stores them: the database is the server's, not the worker's)."""
-    if end_unix is not None:
-        req = req.model_copy(update={"time_limit_s": _left(req.time_limit_s, end_unix)})
     return render_report(req, cat)

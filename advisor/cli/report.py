@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
         layout: _Layout | None = typer.Option(None, "--layout", help="Recommend this layout (default: the best)."),
         compare: bool = typer.Option(False, "--compare", help="Recommend the best of A, B and hybrid (default).", metavar=""),
         solver: _Solver = typer.Option(_Solver.cbc, "--solver"),
-        time_limit: float = typer.Option(30.0, "--time-limit", min=1, help="Seconds for the whole report (comparison, sweeps, chip-vs-rack)."),
+        time_limit: float = typer.Option(30.0, "--time-limit", min=1, help="Seconds per layout."),
         no_sensitivity: bool = typer.Option(False, "--no-sensitivity", help="Skip the sensitivity sweeps (faster).", metavar=""),
         catalog_dir: Path | None = typer.Option(None, "--catalog", help="Catalog folder instead of the built-in one."),
         output: Path = typer.Option(Path("report.html"), "--output", "-o", help="HTML file to write."),
@@ -73,9 +73,6 @@ def register(app: typer.Typer) -> None:
         quiet: bool = QUIET_OPT,
     ) -> None:
         """Write a self-contained HTML recommendation report (open it in any browser; prints on A4/Letter)."""
-        from advisor.deadline import Deadline
-
-        clock = Deadline(time_limit)  # the whole command, imports included
         from pydantic import ValidationError
 
         from advisor.catalog import builtin_catalog, load_catalog
@@ -94,7 +91,7 @@ def register(app: typer.Typer) -> None:
             cat = load_catalog(catalog_dir) if catalog_dir else builtin_catalog()
             what = "rendering the report" + ("" if no_sensitivity else " (optimizing, then the sensitivity sweeps)")
             with progress(what, quiet):
-                html, data = render_report(req, cat, deadline=clock)
+                html, data = render_report(req, cat)
         except InputError as e:
             fail(str(e))
         try:

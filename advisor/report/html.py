@@ -19,7 +19,6 @@ from markupsafe import Markup
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from advisor.catalog import builtin_catalog, load_rack, load_workload
-from advisor.deadline import Deadline
 from advisor.layouts import LAYOUT_COLORS, LAYOUT_NAMES, LAYOUTS, Outcome, best_layout, tied_layouts
 from advisor.optimizer.compare import ChipVsRack, LayoutComparison, chip_vs_rack, compare_layouts
 from advisor.errors import InputError
@@ -63,8 +62,7 @@ class ReportRequest(BoundedNumbers):
     """Recommend the best of A, B and hybrid (the default when no layout is given)."""
     solver: Literal["cbc", "ortools"] = "cbc"
     time_limit_s: float = Field(default=30.0, gt=0)
-    """Wall-clock limit for the whole report: the layout comparison (at most 70% of it), the sweeps and
-    chip-vs-rack share it (advisor/deadline.py)."""
+    """Solver time limit per layout."""
     gpu_ids: list[str] | None = None
     """Only these GPU SKUs."""
     cpu_ids: list[str] | None = None
@@ -815,22 +813,11 @@ def _env() -> jinja2.Environment:
     return env
 
 
-COMPARE_SHARE = 0.7
-"""Share of a report's search time the layout comparison may take (its answers are the report); the rest is left
-for the sensitivity sweeps and chip-vs-rack, which mark what they could not finish as skipped."""
-RENDER_RESERVE_S = 4.0
-RENDER_RESERVE_SHARE = 0.4
-"""Of a report's time limit, min(RENDER_RESERVE_S, RENDER_RESERVE_SHARE x limit) is kept for charts, tables and
-HTML after the searches (measured 1-4 s for charts on a 2-core machine, the upper end under heavy load)."""
-
-
 def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
-                  settings: OptimizerSettings | None = None, deadline: Deadline | None = None) -> tuple[str, dict]:
-    """Optimize, explain and render. Returns (html, data); raises InputError for bad input. `time_limit_s` covers
-    all of it, within `deadline` if given (the request's clock, started where the request arrived)."""
+                  settings: OptimizerSettings | None = None) -> tuple[str, dict]:
+    """Optimize, explain and render. Returns (html, data); raises InputError for bad input."""
     t0 = time.perf_counter()
     req = request if isinstance(request, ReportRequest) else ReportRequest.model_validate(request)
-    total = Deadline(req.time_limit_s - (time.perf_counter() - t0), parent=deadline)
     cat = catalog or builtin_catalog()
     s = settings or OptimizerSettings()
     w = load_workload(req.workload, cat)
@@ -843,12 +830,8 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
                 raise InputError(str(e)) from None
     kw = dict(racks=req.racks, backend=req.solver, gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids, settings=s)
     timing: dict[str, float] = {}
-    # One clock for the whole report (advisor/deadline.py): the comparison, the sweeps and chip-vs-rack share
-    # time_limit_s; what the comparison leaves goes to the sweeps (within their own budget), then chip-vs-rack.
-    _figure(1, 1)  # the plotting library's first import (seconds on a cold process) counts against the limit
-    clock = total.within(total.remaining() - min(RENDER_RESERVE_S, RENDER_RESERVE_SHARE * total.limit))
     try:
-        cmp = compare_layouts(w, rack, cat, deadline=clock.within(clock.limit * COMPARE_SHARE), **kw)
+        cmp = compare_layouts(w, rack, cat, time_limit_s=req.time_limit_s, **kw)
     except ValueError as e:
         raise InputError(str(e)) from None
     timing["compare_s"] = time.perf_counter() - t0
@@ -860,10 +843,9 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
     t1 = time.perf_counter()
     sweeps: dict[str, dict] = {}
     if req.sensitivity:
-        skw = dict(kw, time_limit_s=min(req.sweep_time_limit_s, req.time_limit_s), deadline=clock)
-        budget = min(req.sweep_budget_s, clock.remaining())
-        sweeps["power"] = sweep("power", req.power_factors, w, rack, cat, cmp.results, skw, budget / 2)
-        left = budget - (time.perf_counter() - t1)
+        skw = dict(kw, time_limit_s=min(req.sweep_time_limit_s, req.time_limit_s))
+        sweeps["power"] = sweep("power", req.power_factors, w, rack, cat, cmp.results, skw, req.sweep_budget_s / 2)
+        left = req.sweep_budget_s - (time.perf_counter() - t1)
         sweeps["tools"] = sweep("tools", req.tool_factors, w, rack, cat, cmp.results, skw, max(left, 0.0))
     timing["sweeps_s"] = time.perf_counter() - t1
 
@@ -871,13 +853,11 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
     cvr: ChipVsRack | None = None
     cvr_error = None
     pair = chip_pair(cmp, res, w, rack, cat, req.gpu_ids) if res.servers else None
-    if pair and clock.no_time():
-        cvr_error = "the request's time limit was spent before the chip-vs-rack comparison"
-    elif pair:
+    if pair:
         try:
             cvr = chip_vs_rack(pair[0], pair[1], pair[2], w, rack, cat, layout=chosen_layout, racks=req.racks,
                                backend=req.solver, time_limit_s=min(req.sweep_time_limit_s, req.time_limit_s),
-                               settings=s, deadline=clock)
+                               settings=s)
         except (ValueError, KeyError, ZeroDivisionError, InputError) as e:
             cvr_error = str(e)
     timing["chip_vs_rack_s"] = time.perf_counter() - t1
