@@ -38,7 +38,7 @@ def _count(res, chassis: str) -> int:
     return sum(s.count for s in res.servers if s.chassis == chassis)
 
 
-def _ev(cat, rack, server, count, workload="swe-agent"):
+def _ev(cat, rack, server, count, workload="rl-rollout"):
     cfg = Configuration.model_validate({"servers": [{**server, "count": count}]})
     return evaluate(cfg, cat.workloads[workload], rack, cat)
 
@@ -52,7 +52,7 @@ def test_dgx_h100_fill_a_rack_provisioned_at_10_2_kw_each(cat, power_kw, fit):
     assert _ev(cat, rack, DGX_H100, fit).within_budgets
     over = _ev(cat, rack, DGX_H100, fit + 1)
     assert not over.within_budgets and any("power" in e for e in over.racks[0].exceeded)
-    res = optimize(cat.workloads["swe-agent"], rack, cat, layout="a", gpu_ids=["h100-sxm"], explain=False)
+    res = optimize(cat.workloads["rl-rollout"], rack, cat, layout="a", gpu_ids=["h100-sxm"], explain=False)
     assert _count(res, "dgx-h100") == fit, [(s.chassis, s.count) for s in res.servers]
     assert res.evaluation.racks[0].power_w == pytest.approx(fit * 10_200)
     assert res.evaluation.racks[0].space_u == fit * 8
@@ -82,7 +82,7 @@ def test_two_dgx_b200_fit_40_8_kw_air_not_three(cat):
     assert not three.within_budgets
     assert any(e.startswith("power:") for e in three.racks[0].exceeded), three.racks[0].exceeded
     for layout in ("a", "b"):
-        res = optimize(cat.workloads["swe-agent"], rack, cat, layout=layout, gpu_ids=["b200"], explain=False)
+        res = optimize(cat.workloads["rl-rollout"], rack, cat, layout=layout, gpu_ids=["b200"], explain=False)
         b200 = [s for s in res.servers if s.gpu == "b200"]
         assert sum(s.count for s in b200) == 2, (layout, [(s.chassis, s.count) for s in res.servers])
         assert all(s.space_u_each == 10 and s.power_w_each >= 14_000 for s in b200)
@@ -141,7 +141,7 @@ TWO_N_SMALL = dict(redundancy="2N", feeds=2, feed_voltage_v=400, feed_current_a=
 
 def test_2n_feed_binds_and_infeasibility_names_it(cat):
     rack = _rack(**TWO_N_SMALL)
-    wl = cat.workloads["swe-agent"]
+    wl = cat.workloads["rl-rollout"]
     res = optimize(wl, rack, cat, layout="a", gpu_ids=["h100-sxm"], explain=True)
     assert _count(res, "dgx-h100") == 1  # 40.8 kW provisioned, but one side carries only 17.7 kW
     assert "power_feed" in res.binding_constraints and "power" not in res.binding_constraints, res.binding_constraints
@@ -163,7 +163,7 @@ def test_2n_feed_binds_and_infeasibility_names_it(cat):
 
 def test_weight_binds_and_infeasibility_names_it(cat):
     rack = _rack(max_weight_kg=300.0)  # room for two DGX H100 (260.9 kg), not three
-    wl = cat.workloads["swe-agent"]
+    wl = cat.workloads["rl-rollout"]
     res = optimize(wl, rack, cat, layout="a", gpu_ids=["h100-sxm"], explain=True)
     assert _count(res, "dgx-h100") == 2
     assert "weight" in res.binding_constraints, res.binding_constraints
@@ -178,12 +178,12 @@ def test_weight_binds_and_infeasibility_names_it(cat):
 
 def test_rack_too_weak_for_one_server_names_field_and_numbers(cat):
     rack = _rack(max_weight_kg=100.0)
-    res = optimize(cat.workloads["swe-agent"], rack, cat, layout="a", gpu_ids=["h100-sxm"], explain=False)
+    res = optimize(cat.workloads["rl-rollout"], rack, cat, layout="a", gpu_ids=["h100-sxm"], explain=False)
     assert res.status == "infeasible" and not res.servers
     assert res.infeasibility[0].group == "weight"
     assert "max_weight_kg" in res.message and "100.00 kg" in res.message and "130.00 kg" in res.message, res.message
     weak = _rack(**{**TWO_N_SMALL, "feed_current_a": 16})  # 11.1 kVA x 0.8 = 8.9 kW < 10.2 kW
-    res = optimize(cat.workloads["swe-agent"], weak, cat, layout="a", gpu_ids=["h100-sxm"], explain=False)
+    res = optimize(cat.workloads["rl-rollout"], weak, cat, layout="a", gpu_ids=["h100-sxm"], explain=False)
     assert res.status == "infeasible" and res.infeasibility[0].group == "power_feed"
     assert "every candidate server needs more" in res.message and "9,900.00 W" in res.message  # the 4U DLC server
     assert "8,868.10 W = 2N: 1 of 2 feeds x 11,085 W x 0.8" in res.message, res.message
@@ -198,8 +198,8 @@ def test_measured_peak_plans_below_nameplate():
                          workloads=cat.workloads, switches=cat.switches)
     server = {**DGX_H100, "chassis": "dgx-h100-measured"}
     cfg = Configuration.model_validate({"servers": [{**server, "count": 5}]})
-    plate = evaluate(cfg, cat.workloads["swe-agent"], _rack(), mine)
-    peak = evaluate(cfg, cat.workloads["swe-agent"], _rack(power_basis="measured_peak"), mine)
+    plate = evaluate(cfg, cat.workloads["rl-rollout"], _rack(), mine)
+    peak = evaluate(cfg, cat.workloads["rl-rollout"], _rack(power_basis="measured_peak"), mine)
     assert plate.racks[0].power_w == pytest.approx(5 * 10_200) and not plate.within_budgets
     assert peak.racks[0].power_w == pytest.approx(5 * 8_160) and peak.within_budgets  # 40.8 kW
 
@@ -215,17 +215,17 @@ def test_switches_follow_the_ports_and_count_against_budgets(cat):
     assert ru.power_w == pytest.approx(4 * 10_200 + 1_800) and ru.space_u == 4 * 8 + 2
     cfg = Configuration.model_validate({"servers": [{**DGX_H100, "count": 4},
                                                     {"chassis": "cpu-1u-2s", "cpu": "epyc-9965", "count": 1}]})
-    ru = evaluate(cfg, cat.workloads["swe-agent"], rack, cat).racks[0]
+    ru = evaluate(cfg, cat.workloads["rl-rollout"], rack, cat).racks[0]
     assert ru.switches == 2 and ru.network_ports == 50  # a hybrid layout's CPU node needs ports too
     assert ru.space_u == 4 * 8 + 1 + 2 * 2
 
 
 def test_optimizer_places_switches_as_integers(cat):
     rack = _rack(power_kw=42.6, air_cooling_kw=42.6, tor_switch="sn5600", uplinks_per_switch=16)
-    res = optimize(cat.workloads["swe-agent"], rack, cat, layout="a", gpu_ids=["h100-sxm"], explain=False)
+    res = optimize(cat.workloads["rl-rollout"], rack, cat, layout="a", gpu_ids=["h100-sxm"], explain=False)
     # 4 DGX H100 (40.8 kW) + one 1.8 kW switch = 42.6 kW
     assert _count(res, "dgx-h100") == 4 and res.evaluation.racks[0].switches == 1
-    less = optimize(cat.workloads["swe-agent"], rack.model_copy(update={"power_kw": 42.5}), cat, layout="a",
+    less = optimize(cat.workloads["rl-rollout"], rack.model_copy(update={"power_kw": 42.5}), cat, layout="a",
                     gpu_ids=["h100-sxm"], explain=False)
     assert _count(less, "dgx-h100") == 3  # the switch's power counts
 
@@ -233,7 +233,7 @@ def test_optimizer_places_switches_as_integers(cat):
 def test_switch_with_too_few_ports_for_one_server(cat):
     rack = _rack(tor_switch="sn5600", uplinks_per_switch=60)  # 4 server ports; a DGX H100 has 12
     with pytest.raises(ValueError) as e:
-        optimize(cat.workloads["swe-agent"], rack, cat, layout="a", gpu_ids=["h100-sxm"], explain=False)
+        optimize(cat.workloads["rl-rollout"], rack, cat, layout="a", gpu_ids=["h100-sxm"], explain=False)
     msg = str(e.value)
     assert "dgx-h100" in msg and "12" in msg and "4 server ports" in msg and "uplinks_per_switch" in msg, msg
     with pytest.raises(ValueError, match=r"servers\[0\].*12.*4 server ports"):
