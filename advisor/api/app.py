@@ -456,6 +456,10 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
     # -- errors: one shape (RFC 9457 problem details), never stack traces, never raw input values
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
+        if any(e.get("type") == "json_invalid" for e in exc.errors()):
+            # a body the edge check let through (e.g. a JSON media type it does not list) that FastAPI cannot
+            # decode: the same 400 as the edge gives, not a 422 naming a character offset as if it were a field
+            return problem_response(problem(400, "invalid-json", "body is not valid JSON", [(["body"], "not JSON")]))
         errs = [(list(e.get("loc", ("body",))), "unknown field" if e.get("type") == "extra_forbidden" else
                  str(e.get("msg", "invalid"))) for e in exc.errors()]
         names = ", ".join(dict.fromkeys(loc_text(loc) for loc, _ in errs))
