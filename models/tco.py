@@ -28,6 +28,10 @@ class CostAssumptions(Input):
     amortization_years: float = Field(default=5.0, gt=0)
     """Years over which server capital is written off (straight line, no residual value). Assumption: the middle of
     the 4-6 year useful lives that hyperscalers report for servers and GPU clouds use for accelerators."""
+    salvage_fraction: float = Field(default=0.0, ge=0, le=1)
+    """Share of an owned server's catalog price that removing it returns to a capital budget (brownfield
+    `--allow-removal`). Default 0, consistent with `amortization_years`' straight-line write-off to no residual
+    value; set it from a reseller's or a lessor's quote for your servers."""
     pue: float = Field(default=1.55, ge=1)
     """Power usage effectiveness: facility power over IT power. Uptime Institute global survey average 1.55-1.59
     (2020-2023); new large sites reach 1.3 or less, hyperscale 1.1-1.2."""

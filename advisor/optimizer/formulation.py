@@ -11,7 +11,7 @@ Variables (X in tasks per hour):
 Groups: power, power_feed, cooling_air, cooling_liquid, space, weight, network_ports (per rack), gpu_serving,
 gpu_compute, orchestration, engine_cores (the serving engine's host-core floor), tool_cores:<q>, slo:<q> (tail-wait
 capacity curve), sandbox_memory:<q>, sandbox_disk:<q>, io_bandwidth:<q>, core_split, sku_choice, capital,
-required_throughput, gpu_first (registered in advisor/optimizer/groups.py). docs/model.md states each in math. A
+required_throughput, gpu_first, fixed_servers (brownfield: servers the user owns) (registered in advisor/optimizer/groups.py). docs/model.md states each in math. A
 rack-scale system is one option (one chassis made by RackSystem.as_chassis), so n[r,o] counts whole systems.
 GPU serving capacity per server counts whole model replicas (models.performance.GpuServing.replicas): each option
 carries its replica shape, so the integer server counts n make the replica counts integer.
@@ -33,6 +33,21 @@ from models.performance import GpuServing, cpu_call_seconds, stage_gpu_latency_s
 from models.workload import CpuStage, DelayStage, GpuStage, IoStage, Workload
 
 HOUR_S = 3600.0
+
+
+@dataclass(frozen=True)
+class FixedServers:
+    """Servers a user owns (brownfield, `--existing`): counts per (rack, option key), as a lower bound on n[r,o]."""
+
+    counts: dict[tuple[int, str], int]
+    """Owned servers per (rack index, option key `chassis|cpu|gpu|gpus`)."""
+    allow_removal: bool = False
+    """The optimizer may remove owned servers, each giving back `salvage_fraction` of its price to the capital
+    budget (rem[r,o] variables); otherwise every owned server stays."""
+    salvage_fraction: float = 0.0
+    """Share of an owned server's catalog price a removal returns (models.tco.CostAssumptions.salvage_fraction)."""
+    exact: bool = False
+    """Exactly these servers and no others (a migration step's hardware: only the software split is optimized)."""
 
 
 @dataclass
@@ -58,6 +73,8 @@ class Problem:
     """Tasks/h the configuration is to serve (a TCO objective's demand); None: the default operating point."""
     switch: Switch | None = None
     """The rack's top-of-rack switch (`models.rack_physics.rack_switch`); None: the rack names none."""
+    fixed: FixedServers | None = None
+    """Servers the user owns (brownfield); None: a greenfield rack."""
 
     def __post_init__(self) -> None:
         if not self.queue_names:
@@ -77,6 +94,8 @@ class Built:
     """Orchestration cores (all servers of an option) where the optimizer chooses them."""
     k: dict[int, str] = field(default_factory=dict)
     """Top-of-rack switches per rack (integer), where the rack names a switch and a server has NIC ports."""
+    rem: dict[tuple[int, int], str] = field(default_factory=dict)
+    """Owned servers removed per (rack, option) (integer), where the problem allows removal."""
 
 
 def _queue_coeffs(p: Problem, held: str = "sandbox_memory_gb"):
@@ -191,14 +210,51 @@ def add_rack_budgets(m: LinearModel, p: Problem, n, k: dict[int, str] | None = N
             m.add(f"network_ports_r{r}", "network_ports", ports | {k[r]: -float(downlinks(rk, sw))}, "<=", 0.0)
 
 
-def add_capital(m: LinearModel, p: Problem, n) -> None:
+def define_fixed_servers(m: LinearModel, p: Problem, n) -> dict[tuple[int, int], str]:
+    """fixed_servers: the servers the user owns stay (n[r,o] >= E[r,o]); where removal is allowed, rem[r,o] owned
+    servers may go (n[r,o] + rem[r,o] >= E[r,o]); a migration step's hardware is exact (n[r,o] = E[r,o] for every
+    option, zero where none is owned). Under a capital budget an owned server without a catalog price cannot be
+    bought again (n[r,o] <= E[r,o]). Returns the rem variables."""
+    f = p.fixed
+    if f is None:
+        return {}
+    rem: dict[tuple[int, int], str] = {}
+    for (r, i), v in sorted(n.items()):
+        o = p.options[i]
+        own = f.counts.get((r, o.key), 0)
+        if f.exact:
+            m.add(f"fixed_r{r}_o{i}", "fixed_servers", {v: 1.0}, "==", float(own))
+            continue
+        if own <= 0:
+            continue
+        terms = {v: 1.0}
+        if f.allow_removal:
+            rem[r, i] = m.var(f"rem_r{r}_o{i}", 0, own, integer=True)
+            terms[rem[r, i]] = 1.0
+        m.add(f"fixed_r{r}_o{i}", "fixed_servers", terms, ">=", float(own))
+        if p.capital_budget_usd is not None and o.profile.price_usd is None:
+            m.add(f"fixed_unpriced_r{r}_o{i}", "fixed_servers", {v: 1.0}, "<=", float(own))
+    return rem
+
+
+def add_capital(m: LinearModel, p: Problem, n, rem: dict[tuple[int, int], str] | None = None) -> None:
+    """capital: the price of the servers, or in a brownfield rack of the servers bought (owned ones are paid for;
+    a removed one returns its salvage value): sum price (n - E) + (1 - salvage) price rem <= budget."""
     if p.capital_budget_usd is None:
         return
-    missing = sorted({p.options[i].key for (_, i) in n if p.options[i].profile.price_usd is None})
+    owned = p.fixed.counts if p.fixed is not None else {}
+    missing = sorted({p.options[i].key for (r, i) in n if p.options[i].profile.price_usd is None
+                      and (r, p.options[i].key) not in owned})
     if missing:
         raise ValueError(f"a capital budget needs prices; no price for {', '.join(missing[:3])}")
-    m.add("capital", "capital", {v: p.options[i].profile.price_usd for (_, i), v in n.items()}, "<=",
-          p.capital_budget_usd)
+    terms = {v: p.options[i].profile.price_usd or 0.0 for (_, i), v in n.items()}
+    paid = 0.0
+    for (r, i), v in n.items():
+        price = p.options[i].profile.price_usd or 0.0
+        paid += price * owned.get((r, p.options[i].key), 0)
+        if (r, i) in (rem or {}):
+            terms[rem[r, i]] = (1.0 - p.fixed.salvage_fraction) * price
+    m.add("capital", "capital", terms, "<=", p.capital_budget_usd + paid)
 
 
 def _knapsack_bound(p: Problem, benefit) -> float:
@@ -235,7 +291,8 @@ def build(p: Problem, memory: bool = True) -> Built:
     x = m.var("X", 0, None)
     x_ub = throughput_upper_bound(p)
     add_rack_budgets(m, p, n, k)
-    add_capital(m, p, n)
+    rem = define_fixed_servers(m, p, n)
+    add_capital(m, p, n, rem)
     count = {}  # option -> {n var: 1} across racks
     for (_r, i), v in n.items():
         count.setdefault(i, {})[v] = 1.0
@@ -346,7 +403,7 @@ def build(p: Problem, memory: bool = True) -> Built:
         m.add("required_throughput", "required_throughput", {x: 1.0}, ">=", p.required_tasks_per_hour)
     m.objective = {x: 1.0}
     m.maximize = True
-    return Built(m, n, y, x, needs_choice, x_ub, u, k)
+    return Built(m, n, y, x, needs_choice, x_ub, u, k, rem)
 
 
 def slo_queues(p: Problem) -> list[tuple[int, str, list[float], list[QueueCalls]]]:

@@ -44,7 +44,11 @@ GROUPS: dict[str, Group] = {g.name: g for g in (
           "sum_o m_o n[r,o] + m_sw k[r] <= max weight - reserved weight"),
     Group("network_ports", "top-of-rack switch ports", "ports", "budget", "rack",
           "sum_o ports_o n[r,o] <= (switch ports - uplinks) k[r], k[r] integer"),
-    Group("capital", "capital budget", "USD", "budget", "model", "sum_{r,o} price_o n[r,o] <= capital budget"),
+    Group("capital", "capital budget", "USD", "budget", "model", "sum_{r,o} price_o n[r,o] <= capital budget "
+          "(brownfield: sum price_o (n[r,o] - E[r,o]) + (1 - salvage) price_o rem[r,o] <= capital budget)"),
+    Group("fixed_servers", "servers you own", "servers", "structure", "rack x option",
+          "n[r,o] + rem[r,o] >= E[r,o], 0 <= rem[r,o] <= E[r,o] if removal is allowed, else rem = 0; "
+          "unpriced owned servers under a capital budget: n[r,o] <= E[r,o]; a migration step: n[r,o] = E[r,o]"),
     Group("gpu_serving", "GPU serving capacity", "tasks/h", "capacity", "model",
           "X <= sum_fixed serving_o N_o + sum_flexible s_o"),
     Group("gpu_compute", "GPU compute", "tasks/h", "capacity", "option", "s_o <= gpu_rate_o N_o"),

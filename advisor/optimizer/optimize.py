@@ -14,6 +14,7 @@ from advisor.optimizer.formulation import (Built, Problem, build, cost_terms, gp
                                  power_terms, slo_queues)
 from advisor.optimizer.options import Layout, ServerOption, enumerate_options, prune_dominated, system_misfits
 from advisor.optimizer.settings import OptimizerSettings
+from advisor.optimizer.migration import Migration
 from advisor.solver import LinearModel, Solution, Var, solve
 from advisor.optimizer.objectives import TCO_OBJECTIVES, solve_tco
 from models.base import Frozen
@@ -116,6 +117,8 @@ class OptimizeResult(Frozen):
     """Cost and energy of the answer at its operating point (the evaluation's `tco`)."""
     message: str = ""
     warnings: list[str] = Field(default_factory=list)
+    migration: Migration | None = None
+    """Brownfield (`existing`): ordered steps from the owned configuration to this one."""
 
 
 def partitions(workload: Workload, layout: Layout, servings: dict | None = None) -> list[list[list[str]]]:
@@ -588,7 +591,14 @@ def optimize(
     cpu_ids: list[str] | None = None,
     settings: OptimizerSettings | None = None,
     explain: bool = True,
+    existing: Configuration | None = None,
+    allow_removal: bool = False,
+    software_only: bool = False,
+    _plan: bool = True,
 ) -> OptimizeResult:
+    """`existing`: the servers the user owns stay in the answer (brownfield; advisor/optimizer/migration.py), or
+    with `allow_removal` may go at their salvage value; the answer then carries a migration plan.
+    `software_only`: exactly the owned servers, only their core split optimized."""
     s = settings or OptimizerSettings()
     clock = _Clock(time_limit_s or s.time_limit_s)
     t0 = time.perf_counter()
@@ -608,6 +618,17 @@ def optimize(
                          + "; ".join(largest[g].reason for g in sorted(largest)))
     servings = {k: v for k, v in servings.items() if v.fits}
     options, servings = drop_twin_skus(options, servings)
+    fixed = existing_ev = None
+    if existing is not None:
+        from advisor.optimizer.migration import check_existing, owned_servers, with_engine_floor
+
+        existing, existing_ev = check_existing(existing, workload, rack, racks, catalog, s)
+        options, servings, fixed = owned_servers(existing, options, servings, catalog, workload, rack, layout, s,
+                                                 allow_removal, software_only)
+        baseline = with_engine_floor(existing, options)
+        baseline_ev = existing_ev if baseline == existing else evaluate(baseline, workload, rack, catalog,
+                                                                        s.assumptions)
+    owned = {k for _, k in fixed.counts} if fixed is not None else set()
     warnings_pre: list[str] = []
     misfits = system_misfits(catalog, workload, rack, gpu_ids, cpu_ids)
     has_llm = any(isinstance(st, GpuStage) for c in workload.classes for st in c.stages)
@@ -623,7 +644,7 @@ def optimize(
         operating_tasks_per_hour = required_tasks_per_hour
         required_tasks_per_hour = required_tasks_per_hour / s.assumptions.operating_load_fraction
     if capital_budget_usd is not None or objective == "min_cost" or objective in TCO_OBJECTIVES:
-        priced = [o for o in options if o.profile.price_usd is not None]
+        priced = [o for o in options if o.profile.price_usd is not None or o.key in owned]
         if len(priced) < len(options):
             warnings_pre.append(f"{len(options) - len(priced)} candidate servers without a known price were left "
                                 "out (a capital budget or a cost objective needs prices)")
@@ -638,10 +659,13 @@ def optimize(
         capacity_options = prune_dominated(options, capacity_only=True, costs=s.assumptions.costs)
     else:
         capacity_options = options
+    if owned:  # owned servers stay candidates whatever dominates them
+        keep = {o.key for o in capacity_options} | owned
+        capacity_options = [o for o in options if o.key in keep]
     best = None  # (key, problem snapshot, built, solution, notes, coupled)
     any_coupled = False
     single = None
-    if racks > 1 and objective == "max_throughput":
+    if racks > 1 and objective == "max_throughput" and fixed is None:
         # R copies of the best single rack are a valid answer for R identical racks; the row search must beat it.
         single = optimize(workload, rack, catalog, layout=layout, racks=1, backend=backend,
                           time_limit_s=max(1.0, clock.remaining() / 3), objective=objective,
@@ -654,7 +678,7 @@ def optimize(
             break
         p = Problem(workload, rack, racks, capacity_options, servings, part, capital_budget_usd,
                     required_tasks_per_hour, operating_tasks_per_hour=operating_tasks_per_hour, settings=s,
-                    switch=switch)
+                    switch=switch, fixed=fixed)
         # Sandbox memory needs SKU-choice binaries; solve without it first and keep that answer when the evaluator
         # confirms memory does not bind (the relaxation's optimum is then optimal for the full problem).
         memory = False
@@ -665,7 +689,7 @@ def optimize(
             p.options = options if memory else capacity_options
             b = build(p, memory=memory)
             solved = b.model
-            if racks > 1:
+            if racks > 1 and fixed is None:  # owned servers make the racks differ: no rack patterns
                 sol, solved, notes = _solve_row(b, p, layout, objective, backend, s, clock, memory)
             else:
                 sol, solved, notes = _solve_stages(b, p, layout, objective, backend, s, clock)
@@ -725,15 +749,27 @@ def optimize(
     if any_coupled and layout in RELAXES and objective == "max_throughput":
         # Memory or tail-wait limits made the search heuristic: an answer of the layout this one relaxes is also
         # an answer here, so never return less than it (keeps hybrid >= B >= A).
-        sub = optimize(workload, rack, catalog, layout=RELAXES[layout], racks=racks, backend=backend,
-                       time_limit_s=max(1.0, clock.remaining()), objective=objective,
-                       required_tasks_per_hour=required_tasks_per_hour, capital_budget_usd=capital_budget_usd,
-                       gpu_ids=gpu_ids, cpu_ids=cpu_ids, settings=settings, explain=explain)
-        if sub.throughput_tasks_per_hour > result.throughput_tasks_per_hour * (1 + MATERIAL_GAIN):
+        try:
+            sub = optimize(workload, rack, catalog, layout=RELAXES[layout], racks=racks, backend=backend,
+                           time_limit_s=max(1.0, clock.remaining()), objective=objective,
+                           required_tasks_per_hour=required_tasks_per_hour, capital_budget_usd=capital_budget_usd,
+                           gpu_ids=gpu_ids, cpu_ids=cpu_ids, settings=settings, explain=explain, existing=existing,
+                           allow_removal=allow_removal, software_only=software_only, _plan=False)
+        except ValueError:  # the owned servers are no candidates of the relaxed layout (a CPU tier in layout b)
+            sub = None
+        if sub is not None and sub.throughput_tasks_per_hour > result.throughput_tasks_per_hour * (1 + MATERIAL_GAIN):
             result = sub.model_copy(update={
                 "layout": layout, "seconds": time.perf_counter() - t0,
                 "warnings": sub.warnings + [f"layout {RELAXES[layout]}'s answer (also valid for {layout}) delivers "
                                             "more under the tail-wait/memory limits than this layout's own search"]})
+    if existing is not None and existing_ev is not None:
+        from advisor.optimizer.migration import keep_at_least_existing, plan_migration
+
+        result = keep_at_least_existing(result, baseline, baseline_ev, options)
+        if _plan and not software_only and result.configuration:
+            result = result.model_copy(update={"migration": plan_migration(
+                existing, existing_ev, baseline_ev, result, workload, rack, catalog, layout, backend, s,
+                max(1.0, clock.remaining()), options)})
     return result
 
 
@@ -755,7 +791,8 @@ def _canonical(b: Built, p: Problem, model: LinearModel, sol: Solution, objectiv
 
     if not sol.has_solution or b.x not in sol.values:
         return sol
-    sol = canonical_racks(b, p, sol)
+    if p.fixed is None:  # owned servers stay in their racks
+        sol = canonical_racks(b, p, sol)
     if objective in TCO_OBJECTIVES:
         return polish(model, sol)
     serve = {v: 1.0 for v in (f"s_o{i}" for i in range(len(p.options))) if v in model.vars}
