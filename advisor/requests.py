@@ -51,6 +51,12 @@ class _SolveRequest(_Request):
     """Only these CPU SKUs."""
     assumptions: ModelAssumptions | None = None
     """Model assumptions to override."""
+    existing: Configuration | None = None
+    """Servers you own (a configuration as `advisor optimize --save-config` writes it): they stay in the answer, the
+    optimizer chooses what to add within the budgets, and the answer carries a migration plan."""
+    allow_removal: bool = False
+    """With `existing`: owned servers may be removed, each returning `assumptions.costs.salvage_fraction` of its
+    catalog price to the capital budget."""
 
 
 class OptimizeRequest(_SolveRequest):

@@ -153,6 +153,31 @@ def _opt_kwargs(racks, solver, time_limit, objective, required, capital, gpus, c
 
 WORKLOAD_OPT = typer.Option(..., "--workload", "-w", help="Workload preset id or YAML file.")
 RACK_OPT = typer.Option(..., "--rack", "-r", help="Rack profile id or YAML file.")
+EXISTING_OPT = typer.Option(None, "--existing", help="Configuration YAML of the servers you own (as --save-config "
+                            "writes it): they stay; the optimizer adds within the budgets and plans the migration.")
+REMOVAL_OPT = typer.Option(False, "--allow-removal", help="With --existing: owned servers may be removed, each "
+                           "returning --salvage-fraction of its catalog price to the capital budget.")
+SALVAGE_OPT = typer.Option(None, "--salvage-fraction", min=0, max=1, help="Share of an owned server's catalog price "
+                           "a removal returns (default 0: straight-line write-off, no residual value).")
+
+
+def _brownfield(existing: Path | None, salvage: float | None, gap: float | None = None):
+    """The owned configuration and the optimizer settings (salvage fraction, MIP gap) of --existing."""
+    from advisor.catalog import load_configuration
+    from advisor.optimizer.settings import OptimizerSettings
+    from models.assumptions import ModelAssumptions
+    from models.tco import CostAssumptions
+
+    cfg = None
+    if existing is not None:
+        try:
+            cfg = load_configuration(existing)
+        except InputError as e:
+            fail(f"--existing {existing}: {e}")
+    kw = {} if gap is None else {"mip_gap": gap}
+    if salvage is not None:
+        kw["assumptions"] = ModelAssumptions(costs=CostAssumptions(salvage_fraction=salvage))
+    return cfg, OptimizerSettings(**kw)
 
 
 @app.command("optimize")
@@ -176,19 +201,22 @@ def optimize_cmd(
     save_config: Path | None = typer.Option(None, "--save-config", help="Write the chosen configuration as YAML "
                                                "(a workload or rack from a file is written into it, so that "
                                                "`advisor evaluate` of the saved file gives this answer anywhere)."),
+    existing: Path | None = EXISTING_OPT,
+    allow_removal: bool = REMOVAL_OPT,
+    salvage: float | None = SALVAGE_OPT,
 ) -> None:
     """Choose servers, SKUs, cores per GPU and queues for the most tasks per hour under the rack budgets.
 
     Exit codes: 0 a configuration was found; 1 infeasible (the diagnosis says which budget); 2 bad input."""
     from advisor.optimizer.optimize import optimize
-    from advisor.cli.render import print_optimize
-
-    from advisor.optimizer.settings import OptimizerSettings
+    from advisor.cli.render import print_migration, print_optimize
 
     cat, w, r = _inputs(workload, rack, catalog_dir, gpus, cpus)
+    owned, settings = _brownfield(existing, salvage, gap)
     try:
         with progress(f"optimizing layout {layout.value} (time limit {time_limit:g} s)", quiet or as_json):
-            res = optimize(w, r, cat, layout=layout.value, settings=OptimizerSettings(mip_gap=gap),
+            res = optimize(w, r, cat, layout=layout.value, settings=settings, existing=owned,
+                           allow_removal=allow_removal,
                            **_opt_kwargs(racks, solver, time_limit, objective, required, capital, gpus, cpus))
     except (InputError, ValueError) as e:
         fail(str(e))
@@ -205,6 +233,7 @@ def optimize_cmd(
         print(res.model_dump_json(indent=2, exclude={"evaluation"}))
     else:
         print_optimize(res, out)
+        print_migration(res.migration, out)
     if res.status == "infeasible":
         raise typer.Exit(1)
 
@@ -221,6 +250,9 @@ def compare_cmd(
     catalog_dir: Path | None = CATALOG_OPT,
     as_json: bool = typer.Option(False, "--json", metavar=""),
     quiet: bool = QUIET_OPT,
+    existing: Path | None = EXISTING_OPT,
+    allow_removal: bool = REMOVAL_OPT,
+    salvage: float | None = SALVAGE_OPT,
 ) -> None:
     """Optimize layouts A (GPU-first), B (balanced) and hybrid, with ratios against A.
 
@@ -229,10 +261,12 @@ def compare_cmd(
     from advisor.cli.render import print_compare
 
     cat, w, r = _inputs(workload, rack, catalog_dir, gpus, cpus)
+    owned, settings = _brownfield(existing, salvage)
     try:
         with progress(f"optimizing layouts a, b and hybrid (time limit {time_limit:g} s each)", quiet or as_json):
             cmp = compare_layouts(w, r, cat, racks=racks, backend=solver.value, time_limit_s=time_limit,
-                                  gpu_ids=gpus or None, cpu_ids=cpus or None)
+                                  gpu_ids=gpus or None, cpu_ids=cpus or None, settings=settings, existing=owned,
+                                  allow_removal=allow_removal)
     except (InputError, ValueError) as e:
         fail(str(e))
     cmp = cmp.model_copy(update={"results": [

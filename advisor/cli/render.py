@@ -157,3 +157,36 @@ def print_compare(cmp, console: Console) -> None:
                   ", ".join(r.binding_constraints))
     console.print(t)
     console.print(cmp.summary)
+
+
+def _check_value(v: float | None, unit: str) -> str:
+    if v is None:
+        return "n/a"
+    if unit == "fraction":
+        return f"{v:.1%}"
+    return f"{v:,.2f} {unit}" if abs(v) < 10 else f"{v:,.0f} {unit}"
+
+
+def print_migration(mig, console: Console) -> None:
+    """A brownfield answer's migration plan (advisor/optimizer/migration.py): one row per step, then each step's
+    changes and the metrics to check before the next."""
+    if mig is None:
+        return
+    cost = f"USD {mig.total_cost_usd:,.0f}" if mig.total_cost_usd is not None else "unknown (a price is missing)"
+    console.print(f"[bold]migration[/bold]: {mig.existing_tasks_per_hour:,.0f} -> "
+                  f"{mig.recommended_tasks_per_hour:,.0f} tasks/h in {len(mig.steps) - 1} step(s); cost {cost}")
+    t = Table(title="Migration steps")
+    for c in ("step", "what", "tasks/h", "gain", "cost USD", "bottleneck"):
+        t.add_column(c)
+    for s in mig.steps:
+        t.add_row(str(s.step), s.title, _num(s.tasks_per_hour), f"{s.gain_tasks_per_hour:+,.0f}", _num(s.cost_usd),
+                  s.bottleneck)
+    console.print(t)
+    for s in mig.steps:
+        console.print(f"step {s.step}: {s.title}", highlight=False)
+        for c in s.changes:
+            console.print(f"  - {c}", highlight=False)
+        console.print("  check: " + "; ".join(f"{c.metric} {_check_value(c.expected, c.unit)}" for c in s.checks),
+                      highlight=False)
+    for n in mig.notes:
+        console.print(f"  note: {n}", highlight=False)

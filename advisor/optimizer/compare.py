@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from advisor.optimizer.migration import NotACandidate
 from advisor.optimizer.optimize import MATERIAL_GAIN, OptimizeResult, optimize
 from advisor.optimizer.settings import OptimizerSettings
 from advisor.layouts import LAYOUTS, Outcome, best_layout
@@ -26,7 +27,10 @@ class LayoutComparison(Frozen):
 def compare_layouts(workload: Workload, rack: Rack, catalog: Catalog, **kw) -> LayoutComparison:
     results: list = []
     for lay in LAYOUTS:
-        res = optimize(workload, rack, catalog, layout=lay, **kw)
+        try:
+            res = optimize(workload, rack, catalog, layout=lay, **kw)
+        except NotACandidate as e:  # owned servers this layout cannot hold (a CPU tier in layout a or b)
+            res = e.result(lay, kw.get("backend", "cbc"))
         prev = results[-1] if results else None
         if (kw.get("objective", "max_throughput") == "max_throughput" and prev is not None
                 and prev.throughput_tasks_per_hour > res.throughput_tasks_per_hour * (1 + MATERIAL_GAIN)):

@@ -94,6 +94,22 @@ class Migration(Frozen):
     notes: list[str] = Field(default_factory=list)
 
 
+class NotACandidate(ValueError):
+    """An owned server the layout's candidates cannot hold."""
+
+    def result(self, layout: str, backend: str) -> OptimizeResult:
+        """An infeasible answer naming the fixed-server group (compare keeps going with the other layouts)."""
+        from advisor.optimizer.optimize import Infeasibility, OptimizeResult
+
+        return OptimizeResult(
+            layout=layout, status="infeasible", gap=None, solver=backend, seconds=0.0, partition=[],
+            throughput_tasks_per_hour=0.0, predicted_tasks_per_hour=0.0, servers=[], cores_per_gpu=None,
+            orchestration_cores_per_gpu=None, queues=[], power_w=0.0, space_u=0, air_heat_w=0.0, liquid_heat_w=0.0,
+            gpu_idle_fraction=0.0, bottleneck="none", binding_constraints=[], constraints=[], configuration={},
+            evaluation=None, message=str(self), infeasibility=[
+                Infeasibility(group="fixed_servers", message=str(self), shortfall=None, unit="servers")])
+
+
 def option_key(g: ServerGroup) -> str:
     """The optimizer's option key of a server group (advisor/optimizer/options.py)."""
     return f"{g.chassis}|{g.cpu}|{g.gpu or '-'}|{g.gpus_per_server}"
@@ -149,7 +165,7 @@ def owned_servers(existing: Configuration, options: list[ServerOption], servings
                 why = {"a": "layout a puts only GPU servers with their chassis's default CPU in a rack",
                        "b": "layout b has no CPU-only tool nodes"}.get(layout, "it does not fit an empty rack of "
                                                                             "this profile or serve the workload")
-                raise ValueError(f"existing configuration servers[{i}] ({g.chassis}, {g.cpu}, "
+                raise NotACandidate(f"existing configuration servers[{i}] ({g.chassis}, {g.cpu}, "
                                  f"{g.gpus_per_server} x {g.gpu or 'no GPU'}) is not a candidate server of layout "
                                  f"{layout}: {why}")
             options = [*options, by_key[k]]

@@ -85,6 +85,7 @@ def solve_job(inputs: dict, catalog_json: dict) -> dict:
     try:
         from advisor.optimizer.optimize import optimize
         from advisor.optimizer.settings import OptimizerSettings
+        from models.config import Configuration
         from models.hardware import Rack
         from models.workload import Workload
 
@@ -95,7 +96,9 @@ def solve_job(inputs: dict, catalog_json: dict) -> dict:
             time_limit_s=inputs["time_limit_s"], objective=inputs["objective"],
             required_tasks_per_hour=inputs["required_tasks_per_hour"],
             capital_budget_usd=inputs["capital_budget_usd"], gpu_ids=inputs["gpu_ids"], cpu_ids=inputs["cpu_ids"],
-            settings=OptimizerSettings.model_validate(inputs["settings"]), explain=False)
+            settings=OptimizerSettings.model_validate(inputs["settings"]), explain=False,
+            existing=Configuration.model_validate(inputs["existing"]) if inputs.get("existing") else None,
+            allow_removal=inputs.get("allow_removal", False))
         return dict(
             status=res.status, throughput=res.throughput_tasks_per_hour, predicted=res.predicted_tasks_per_hour,
             power_w=res.power_w, space_u=res.space_u,

@@ -37,7 +37,8 @@ Scenario fields: ``name``, ``workload`` (preset id, YAML file or inline mapping)
 1), ``catalog`` (folder), ``gpus``/``cpus`` (SKU ids the optimizer may use), ``layouts``, ``solver`` (cbc|ortools),
 ``time_limit_s`` (default 60), ``objective`` (max_throughput|min_cost|min_power), ``required_tasks_per_hour``,
 ``capital_budget_usd``, ``reference_gpu`` (for ``workload.tool_share``) and ``overrides``. Grid and sample paths may
-also name one of these fields directly (``racks``, ``time_limit_s``).
+also name one of these fields directly (``racks``, ``time_limit_s``). ``existing`` (a configuration file, relative to
+the scenario file, or mapping: the servers owned, which stay) and ``allow_removal`` make a scenario brownfield.
 
 Overrides
 ---------
@@ -87,12 +88,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from advisor.catalog import builtin_catalog, load_catalog, load_rack, load_workload, read_yaml
+from advisor.catalog import builtin_catalog, load_catalog, load_configuration, load_rack, load_workload, read_yaml
 from advisor.errors import InputError, describe_validation
 from advisor.layouts import LAYOUTS, Layout
 from advisor.optimizer.settings import OptimizerSettings
 from models.base import BoundedNumbers
 from models.catalog import Catalog
+from models.config import Configuration
 from models.hardware import Rack
 from models.performance import gpu_serving, stage_gpu_latency_s
 from models.workload import CpuStage, DelayStage, GpuStage, Workload
@@ -129,6 +131,11 @@ class Scenario(BoundedNumbers):
     required_tasks_per_hour: float | None = Field(default=None, ge=0)
     capital_budget_usd: float | None = Field(default=None, gt=0)
     reference_gpu: str | None = None
+    existing: str | dict | None = None
+    """Configuration YAML file (relative to the scenario file) or inline mapping of the servers owned: they stay,
+    the optimizer adds within the budgets (brownfield, advisor/optimizer/migration.py)."""
+    allow_removal: bool = False
+    """With `existing`: owned servers may be removed at the salvage value."""
     overrides: dict[str, Any] = Field(default_factory=dict)
     base: str | None = None
     """Name of the scenario a grid point or sample was made from (None for one written out)."""
@@ -336,10 +343,13 @@ class Resolved:
     catalog_json: dict
     catalog_digest: str
     settings: OptimizerSettings
+    existing: Configuration | None = None
 
     def inputs(self, layout: str) -> dict:
         s = self.scenario
-        return {
+        owned = {} if self.existing is None else {  # only where given: greenfield hashes stay as they were
+            "existing": self.existing.model_dump(mode="json"), "allow_removal": s.allow_removal}
+        return owned | {
             "workload": self.workload.model_dump(mode="json"),
             "rack": self.rack.model_dump(mode="json"),
             "racks": s.racks,
@@ -391,7 +401,13 @@ def resolve(s: Scenario, settings: OptimizerSettings | None = None) -> Resolved:
     if TOOL_SHARE in s.overrides:
         tp = settings.assumptions.tensor_parallel_domain_gpus
         w = apply_tool_share(w, s.overrides[TOOL_SHARE], reference_gpu(s, cat, w, tp), tp)
-    return Resolved(s, w, r, cat, cat_json, digest, settings)  # type: ignore[arg-type]
+    existing = None
+    if s.existing is not None:
+        try:
+            existing = load_configuration(s.existing)
+        except InputError as e:
+            raise InputError(f"{where}: existing: {e}") from None
+    return Resolved(s, w, r, cat, cat_json, digest, settings, existing)  # type: ignore[arg-type]
 
 
 def reference_gpu(s: Scenario, cat: Catalog, workload: Workload | None = None, tp_domain_gpus: int = 8):
@@ -447,7 +463,7 @@ def _scenario(raw: dict, defaults: dict, base_dir: Path | None, where: str, defa
             else:
                 merged[k] = v
     merged.setdefault("name", default_name)
-    for k in ("workload", "rack"):
+    for k in ("workload", "rack", "existing"):
         if isinstance(merged.get(k), str) and merged[k].endswith((".yaml", ".yml", ".json")):
             merged[k] = _rel(merged[k], base_dir)
     if isinstance(merged.get("catalog"), str) and base_dir is not None and not Path(merged["catalog"]).is_absolute():
