@@ -296,13 +296,19 @@ def check_scope(workload: Workload) -> None:
 
 
 def oracle(catalog: Catalog, workload: Workload, rack: Rack, layout: str, racks: int = 1,
-           max_vectors: int | None = None) -> OracleResult:
-    """Best tasks/h by exhaustive enumeration of server totals (layouts 'b' and 'hybrid'; one shared queue)."""
+           max_vectors: int | None = None, owned: dict[str, int] | None = None) -> OracleResult:
+    """Best tasks/h by exhaustive enumeration of server totals (layouts 'b' and 'hybrid'; one shared queue).
+    `owned` (brownfield, one rack): servers per option key that every enumerated vector keeps."""
     check_scope(workload)
     if layout == "a":
         raise ValueError("layout A's GPU-first stage is not modelled by the oracle")
     options = candidate_options(catalog, workload, rack, layout)
     vecs = total_vectors(options, rack, racks, rack_switch_of(catalog, rack))
+    if owned:
+        if racks != 1:
+            raise ValueError("oracle scope: owned servers in one rack only")
+        idx = {o.key: j for j, o in enumerate(options)}
+        vecs = [v for v in vecs if all(v[idx[k]] >= n for k, n in owned.items())]
     if max_vectors is not None and len(vecs) > max_vectors:
         raise ValueError(f"{len(vecs)} vectors exceed the cap {max_vectors}")
     best, arg = -1.0, None
