@@ -1,5 +1,5 @@
 """Golden LP files of the formulation's variants (tests/test_optimizer.py keeps the default hybrid one): layout A,
-two racks, a capital budget, tail-wait capacity curves and the TCO objective's dispatch. A change to any of them
+two racks, a capital budget, a brownfield row (owned servers, removal at a salvage value), tail-wait capacity curves and the TCO objective's dispatch. A change to any of them
 shows up as a diff to review; `UPDATE_GOLDEN=1 python -m pytest tests/test_golden_lp.py` rewrites them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from advisor.catalog import load_catalog
-from advisor.optimizer.formulation import Problem, build
+from advisor.optimizer.formulation import FixedServers, Problem, build
 from advisor.optimizer.objectives import add_tco
 from advisor.optimizer.options import enumerate_options
 from advisor.optimizer.settings import OptimizerSettings
@@ -73,6 +73,9 @@ VARIANTS = {
     "tail_wait": lambda: build(_problem("b", tail_wait=True, slo_curves=True)).model,
     "tco": _tco_model,
     "storage_system": lambda: build(_problem(storage=True)).model,
+    "brownfield": lambda: build(_problem(racks=2, capital_budget_usd=400_000.0, fixed=FixedServers(
+        counts={(0, "gpu4|cpu-a|gpu-x|4"): 1, (1, "cpu1u|cpu-b|-|0"): 3}, allow_removal=True,
+        salvage_fraction=0.25))).model,
 }
 
 
@@ -99,6 +102,7 @@ def test_variants_hold_their_distinctive_groups():
     assert {"energy_dispatch", "operating_rate"} <= groups["tco"]
     assert {"sandbox_disk", "io_bandwidth", "sandbox_memory"} <= groups["storage_system"]
     assert "sandbox_disk" not in groups["capital"]
+    assert "fixed_servers" in groups["brownfield"] and "fixed_servers" not in groups["capital"]
     p = _problem(storage=True)
     assert any(o.profile.chassis.id == "sys2" for o in p.options), "the system is a candidate"
     assert not any(o.profile.chassis.id == "tray" for o in p.options), "its tray alone is not"
