@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from advisor.optimizer.migration import NotACandidate
-from advisor.optimizer.optimize import MATERIAL_GAIN, OptimizeResult, optimize
+from advisor.optimizer.optimize import MATERIAL_GAIN, OptimizeResult, not_a_candidate_result, optimize
 from advisor.optimizer.settings import OptimizerSettings
 from advisor.layouts import LAYOUTS, Outcome, best_layout
 from models.base import Frozen
@@ -30,7 +30,7 @@ def compare_layouts(workload: Workload, rack: Rack, catalog: Catalog, **kw) -> L
         try:
             res = optimize(workload, rack, catalog, layout=lay, **kw)
         except NotACandidate as e:  # owned servers this layout cannot hold (a CPU tier in layout a or b)
-            res = e.result(lay, kw.get("backend", "cbc"))
+            res = not_a_candidate_result(lay, kw.get("backend", "cbc"), str(e))
         prev = results[-1] if results else None
         if (kw.get("objective", "max_throughput") == "max_throughput" and prev is not None
                 and prev.throughput_tasks_per_hour > res.throughput_tasks_per_hour * (1 + MATERIAL_GAIN)):

@@ -15,12 +15,14 @@ best software split (an optimization with exactly that hardware); its cost comes
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import Field
 
 from advisor.optimizer.formulation import FixedServers
 from advisor.optimizer.options import ServerOption, enumerate_options
+from advisor.optimizer.settings import OptimizerSettings
 from models.base import Frozen
 from models.catalog import Catalog
 from models.config import SHARED_QUEUE, Configuration, ServerGroup
@@ -28,10 +30,6 @@ from models.hardware import Rack
 from models.pipeline import Evaluation, evaluate
 from models.tco import server_price
 from models.workload import Workload
-
-if TYPE_CHECKING:
-    from advisor.optimizer.optimize import OptimizeResult
-    from advisor.optimizer.settings import OptimizerSettings
 
 Action = Literal["as_is", "reconfigure", "remove", "add_cpu_tier", "add_gpu_servers", "swap_cpu", "swap_gpu"]
 KEEP_GAIN = 1e-6
@@ -95,19 +93,8 @@ class Migration(Frozen):
 
 
 class NotACandidate(ValueError):
-    """An owned server the layout's candidates cannot hold."""
-
-    def result(self, layout: str, backend: str) -> OptimizeResult:
-        """An infeasible answer naming the fixed-server group (compare keeps going with the other layouts)."""
-        from advisor.optimizer.optimize import Infeasibility, OptimizeResult
-
-        return OptimizeResult(
-            layout=layout, status="infeasible", gap=None, solver=backend, seconds=0.0, partition=[],
-            throughput_tasks_per_hour=0.0, predicted_tasks_per_hour=0.0, servers=[], cores_per_gpu=None,
-            orchestration_cores_per_gpu=None, queues=[], power_w=0.0, space_u=0, air_heat_w=0.0, liquid_heat_w=0.0,
-            gpu_idle_fraction=0.0, bottleneck="none", binding_constraints=[], constraints=[], configuration={},
-            evaluation=None, message=str(self), infeasibility=[
-                Infeasibility(group="fixed_servers", message=str(self), shortfall=None, unit="servers")])
+    """An owned server the layout's candidates cannot hold (compare reports that layout infeasible in group
+    fixed_servers)."""
 
 
 def option_key(g: ServerGroup) -> str:
@@ -305,12 +292,12 @@ def _checks(action: Action, ev: Evaluation, workload: Workload) -> list[MetricCh
     return out
 
 
-def plan_migration(existing: Configuration, existing_ev: Evaluation, baseline_ev: Evaluation, result: OptimizeResult,
-                   workload: Workload, rack: Rack, catalog: Catalog, layout: str, backend: str,
-                   settings: OptimizerSettings, time_limit_s: float, options: list[ServerOption]) -> Migration:
+def plan_migration(existing: Configuration, existing_ev: Evaluation, baseline_ev: Evaluation, result: Any,
+                   workload: Workload, rack: Rack, catalog: Catalog, settings: OptimizerSettings,
+                   options: list[ServerOption], software_split: Callable[[Configuration], Any]) -> Migration:
     """Ordered steps from the owned configuration (`existing_ev` as configured, `baseline_ev` with the serving
-    engines' core floor reserved) to the recommended one (`result`)."""
-    from advisor.optimizer.optimize import optimize
+    engines' core floor reserved) to the recommended one (`result`, an OptimizeResult). `software_split(hw)` is
+    the optimizer's answer for exactly the hardware `hw` (advisor/optimizer/optimize.py passes it in)."""
 
     final = Configuration.model_validate(result.configuration)
     own, fin = owned_counts(existing), owned_counts(final)
@@ -378,10 +365,7 @@ def plan_migration(existing: Configuration, existing_ev: Evaluation, baseline_ev
         """The hardware `counts` with its best software split (the last step is the answer itself)."""
         if counts == fin:
             return final, result.evaluation
-        hw = _hardware(counts, proto, existing)
-        res = optimize(workload, rack, catalog, layout=layout, racks=existing.racks, backend=backend,
-                       time_limit_s=max(1.0, time_limit_s), settings=settings, explain=False, existing=hw,
-                       software_only=True)
+        res = software_split(_hardware(counts, proto, existing))
         if not res.configuration or res.evaluation is None:
             return None
         return Configuration.model_validate(res.configuration), res.evaluation
@@ -429,30 +413,3 @@ def plan_migration(existing: Configuration, existing_ev: Evaluation, baseline_ev
     return Migration(existing_tasks_per_hour=ev0.throughput_tasks_per_hour,
                      recommended_tasks_per_hour=result.throughput_tasks_per_hour, total_cost_usd=total,
                      salvage_fraction=salvage, steps=steps, notes=notes)
-
-
-def keep_at_least_existing(result: OptimizeResult, existing: Configuration, ev: Evaluation,
-                           options: list[ServerOption]) -> OptimizeResult:
-    """The answer, or the owned configuration as it is when the search returned less (a time limit, or a software
-    split the search does not consider): keeping what you have is always an answer."""
-    from advisor.optimizer.optimize import MATERIAL_GAIN, ServerChoice
-
-    if result.throughput_tasks_per_hour >= ev.throughput_tasks_per_hour * (1 - MATERIAL_GAIN):
-        return result
-    prof = {o.key: o.profile for o in options}
-    choices = [ServerChoice(chassis=g.chassis, cpu=g.cpu, gpu=g.gpu, gpus_per_server=g.gpus_per_server,
-                            count=g.count, rack=g.rack, orchestration_cores_per_gpu=g.orchestration_cores_per_gpu,
-                            queue_cores=g.queue_cores or {}, power_w_each=prof[option_key(g)].power_w,
-                            space_u_each=prof[option_key(g)].space_u) for g in existing.servers]
-    return result.model_copy(update={
-        "status": "feasible", "gap": None, "throughput_tasks_per_hour": ev.throughput_tasks_per_hour,
-        "predicted_tasks_per_hour": ev.throughput_tasks_per_hour, "servers": choices,
-        "queues": [q.model_dump() for q in ev.queues], "power_w": ev.power_w, "space_u": ev.space_u,
-        "air_heat_w": ev.air_heat_w, "liquid_heat_w": ev.liquid_heat_w, "gpu_idle_fraction": ev.gpu_idle_fraction,
-        "bottleneck": ev.bottleneck, "configuration": existing.model_dump(mode="json", exclude_none=True),
-        "evaluation": ev, "tco": ev.tco, "constraints": [], "shadow_prices": [],
-        "message": f"{ev.throughput_tasks_per_hour:,.0f} tasks/h; bottleneck {ev.bottleneck}; keep the servers you "
-                   "own as configured",
-        "warnings": result.warnings + [
-            f"the search's answer ({result.throughput_tasks_per_hour:,.0f} tasks/h, {result.status}) is below the "
-            f"owned configuration as configured ({ev.throughput_tasks_per_hour:,.0f} tasks/h); that is shown"]})

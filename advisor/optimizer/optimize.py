@@ -763,13 +763,16 @@ def optimize(
                 "warnings": sub.warnings + [f"layout {RELAXES[layout]}'s answer (also valid for {layout}) delivers "
                                             "more under the tail-wait/memory limits than this layout's own search"]})
     if existing is not None and existing_ev is not None:
-        from advisor.optimizer.migration import keep_at_least_existing, plan_migration
+        from advisor.optimizer.migration import plan_migration
 
-        result = keep_at_least_existing(result, baseline, baseline_ev, options)
+        result = _keep_at_least_owned(result, baseline, baseline_ev, options)
         if _plan and not software_only and result.configuration:
+            def software_split(hw: Configuration) -> OptimizeResult:
+                return optimize(workload, rack, catalog, layout=layout, racks=racks, backend=backend,
+                                time_limit_s=max(1.0, clock.remaining()), settings=settings, explain=False,
+                                existing=hw, software_only=True)
             result = result.model_copy(update={"migration": plan_migration(
-                existing, existing_ev, baseline_ev, result, workload, rack, catalog, layout, backend, s,
-                max(1.0, clock.remaining()), options)})
+                existing, existing_ev, baseline_ev, result, workload, rack, catalog, s, options, software_split)})
     return result
 
 
@@ -1010,3 +1013,42 @@ def _catalog_of(p: Problem) -> Catalog:
     chassis = {o.profile.chassis.id: o.profile.chassis for o in p.options}
     return Catalog.build(cpus=cpus.values(), gpus=gpus.values(), chassis=chassis.values(),
                          switches=[p.switch] if p.switch is not None else [])
+
+
+def _keep_at_least_owned(result: OptimizeResult, existing: Configuration, ev: Evaluation,
+                         options: list[ServerOption]) -> OptimizeResult:
+    """The answer, or the owned configuration as it is when the search returned less (a time limit, or a software
+    split the search does not consider): keeping what you have is always an answer."""
+    from advisor.optimizer.migration import option_key
+
+    if result.throughput_tasks_per_hour >= ev.throughput_tasks_per_hour * (1 - MATERIAL_GAIN):
+        return result
+    prof = {o.key: o.profile for o in options}
+    choices = [ServerChoice(chassis=g.chassis, cpu=g.cpu, gpu=g.gpu, gpus_per_server=g.gpus_per_server,
+                            count=g.count, rack=g.rack, orchestration_cores_per_gpu=g.orchestration_cores_per_gpu,
+                            queue_cores=g.queue_cores or {}, power_w_each=prof[option_key(g)].power_w,
+                            space_u_each=prof[option_key(g)].space_u) for g in existing.servers]
+    return result.model_copy(update={
+        "status": "feasible", "gap": None, "throughput_tasks_per_hour": ev.throughput_tasks_per_hour,
+        "predicted_tasks_per_hour": ev.throughput_tasks_per_hour, "servers": choices,
+        "queues": [q.model_dump() for q in ev.queues], "power_w": ev.power_w, "space_u": ev.space_u,
+        "air_heat_w": ev.air_heat_w, "liquid_heat_w": ev.liquid_heat_w, "gpu_idle_fraction": ev.gpu_idle_fraction,
+        "bottleneck": ev.bottleneck, "configuration": existing.model_dump(mode="json", exclude_none=True),
+        "evaluation": ev, "tco": ev.tco, "constraints": [], "shadow_prices": [],
+        "message": f"{ev.throughput_tasks_per_hour:,.0f} tasks/h; bottleneck {ev.bottleneck}; keep the servers you "
+                   "own as configured",
+        "warnings": result.warnings + [
+            f"the search's answer ({result.throughput_tasks_per_hour:,.0f} tasks/h, {result.status}) is below the "
+            f"owned configuration as configured ({ev.throughput_tasks_per_hour:,.0f} tasks/h); that is shown"]})
+
+
+def not_a_candidate_result(layout: str, backend: str, message: str) -> OptimizeResult:
+    """An infeasible answer naming the fixed-server group: owned servers this layout cannot hold (compare keeps
+    going with the other layouts)."""
+    return OptimizeResult(
+        layout=layout, status="infeasible", gap=None, solver=backend, seconds=0.0, partition=[],
+        throughput_tasks_per_hour=0.0, predicted_tasks_per_hour=0.0, servers=[], cores_per_gpu=None,
+        orchestration_cores_per_gpu=None, queues=[], power_w=0.0, space_u=0, air_heat_w=0.0, liquid_heat_w=0.0,
+        gpu_idle_fraction=0.0, bottleneck="none", binding_constraints=[], constraints=[], configuration={},
+        evaluation=None, message=message,
+        infeasibility=[Infeasibility(group="fixed_servers", message=message, shortfall=None, unit="servers")])
