@@ -258,7 +258,7 @@ def compare_cmd(
 
     Exit codes: 0 at least one layout has a configuration; 1 every layout is infeasible; 2 bad input."""
     from advisor.optimizer.compare import compare_layouts
-    from advisor.cli.render import print_compare
+    from advisor.cli.render import print_compare, print_migration
 
     cat, w, r = _inputs(workload, rack, catalog_dir, gpus, cpus)
     owned, settings = _brownfield(existing, salvage)
@@ -276,6 +276,7 @@ def compare_cmd(
         print(cmp.model_dump_json(indent=2, exclude={"results": {"__all__": {"evaluation"}}}))
     else:
         print_compare(cmp, out)
+        print_migration(next(x for x in cmp.results if x.layout == cmp.best_layout).migration, out)
     if all(x.status == "infeasible" or not x.servers for x in cmp.results):
         raise typer.Exit(1)
 
