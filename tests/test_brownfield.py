@@ -297,3 +297,32 @@ def test_batch_scenario_with_existing(tmp_path):
                                   "scenarios": [{"name": "inline", "existing": OWNED, "allow_removal": True}]})
     assert resolve(inline[0]).inputs("hybrid")["allow_removal"] is True
     assert base_scenario("agent", "r40").existing is None
+
+
+# ------------------------------------------------------------------------------------------ determinism
+
+
+def test_brownfield_answer_is_deterministic_across_runs_and_backends(mini_catalog):
+    from test_determinism import BACKEND, assert_same, canonical
+
+    wl, rack = mini_catalog.workloads["agent"], mini_catalog.racks["r40"]
+    owned = Configuration.model_validate(OWNED)
+    runs = {b: optimize(wl, rack, mini_catalog, explain=False, existing=owned, allow_removal=True, backend=b,
+                        capital_budget_usd=300_000.0) for b in ("cbc", "ortools")}
+    again = optimize(wl, rack, mini_catalog, explain=False, existing=owned, allow_removal=True,
+                     capital_budget_usd=300_000.0)
+    assert_same(canonical(runs["cbc"]), canonical(again), "cbc twice")
+    assert_same(canonical(runs["cbc"], BACKEND), canonical(runs["ortools"], BACKEND), "cbc against ortools")
+
+
+def test_min_cost_counts_owned_servers_as_paid_for(mini_catalog):
+    """Owned servers cost nothing to keep: asked for less than they deliver, min_cost buys nothing (a greenfield
+    price on owned servers would remove them to cut cost)."""
+    wl, rack = mini_catalog.workloads["agent"], mini_catalog.racks["r40"]
+    owned = Configuration.model_validate(OWNED)
+    have = evaluate(owned, wl, rack, mini_catalog).throughput_tasks_per_hour
+    res = optimize(wl, rack, mini_catalog, explain=False, existing=owned, allow_removal=True, objective="min_cost",
+                   required_tasks_per_hour=0.3 * have)
+    assert res.throughput_tasks_per_hour >= 0.3 * have * (1 - REL)
+    assert res.migration.total_cost_usd == 0.0
+    assert _keeps(res, owned)

@@ -482,7 +482,12 @@ def power_terms(b: Built, p: Problem) -> dict[str, float]:
 
 
 def cost_terms(b: Built, p: Problem) -> dict[str, float]:
-    return {v: (p.options[i].profile.price_usd or 0.0) for (_, i), v in b.n.items()}
+    """Price of the servers; with owned servers up to a constant (what they cost), so that removing one saves
+    its salvage value only: price n + (1 - salvage) price rem."""
+    terms = {v: (p.options[i].profile.price_usd or 0.0) for (_, i), v in b.n.items()}
+    for (_, i), v in b.rem.items():
+        terms[v] = (1.0 - p.fixed.salvage_fraction) * (p.options[i].profile.price_usd or 0.0)
+    return terms
 
 
 def gpu_capacity_terms(b: Built, p: Problem) -> dict[str, float]:

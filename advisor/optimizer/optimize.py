@@ -765,7 +765,8 @@ def optimize(
     if existing is not None and existing_ev is not None:
         from advisor.optimizer.migration import plan_migration
 
-        result = _keep_at_least_owned(result, baseline, baseline_ev, options)
+        if objective == "max_throughput":  # a cost objective ranks by cost, not by tasks/h
+            result = _keep_at_least_owned(result, baseline, baseline_ev, options)
         if _plan and not software_only and result.configuration:
             def software_split(hw: Configuration) -> OptimizeResult:
                 return optimize(workload, rack, catalog, layout=layout, racks=racks, backend=backend,
