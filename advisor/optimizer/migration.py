@@ -345,8 +345,11 @@ def plan_migration(existing: Configuration, existing_ev: Evaluation, baseline_ev
         state = sequence[-1][1]
         order = units
         notes.append("no role's change fits next to the other role's owned servers: the removals come first")
+    removed_first = bool(sequence)
     for role in order:
-        rm, ad = removed_of(role), added_of(role)
+        rm, ad = ({} if removed_first else removed_of(role)), added_of(role)
+        if not rm and not ad:
+            continue
         state = apply(state, role)
         action: Action = (f"swap_{role}" if rm and ad else  # type: ignore[assignment]
                           ("add_cpu_tier" if role == "cpu" else "add_gpu_servers") if ad else "remove")
@@ -365,7 +368,10 @@ def plan_migration(existing: Configuration, existing_ev: Evaluation, baseline_ev
         """The hardware `counts` with its best software split (the last step is the answer itself)."""
         if counts == fin:
             return final, result.evaluation
-        res = software_split(_hardware(counts, proto, existing))
+        try:
+            res = software_split(_hardware(counts, proto, existing))
+        except ValueError:
+            return None
         if not res.configuration or res.evaluation is None:
             return None
         return Configuration.model_validate(res.configuration), res.evaluation
