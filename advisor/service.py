@@ -16,7 +16,6 @@ from advisor.optimizer.compare import ChipVsRack, LayoutComparison, chip_vs_rack
 from advisor.optimizer.optimize import OptimizeResult
 from advisor.optimizer.optimize import optimize as optimize_layout
 from advisor.optimizer.settings import OptimizerSettings
-from advisor.report.html import render_report
 from advisor.requests import (
     ChipVsRackRequest,
     CompareRequest,
@@ -146,4 +145,6 @@ def export(req: ExportRequest, cat: Catalog, time_limit_s: float | None = None) 
 
 def report(req: ReportRequest, cat: Catalog) -> tuple[str, dict]:
     """The report's HTML and data."""
+    from advisor.report.html import render_report  # start-up cost: Jinja2 and the chart code, for reports only
+
     return render_report(req, cat)
