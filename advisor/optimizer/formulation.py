@@ -31,6 +31,7 @@ from models.hardware import Rack, Switch
 from models.rack_physics import downlinks
 from models.performance import GpuServing, cpu_call_seconds, stage_gpu_latency_s
 from models.workload import CpuStage, DelayStage, GpuStage, IoStage, Workload
+from models.errors import InputError
 
 HOUR_S = 3600.0
 
@@ -246,7 +247,7 @@ def add_capital(m: LinearModel, p: Problem, n, rem: dict[tuple[int, int], str] |
     missing = sorted({p.options[i].key for (r, i) in n if p.options[i].profile.price_usd is None
                       and (r, p.options[i].key) not in owned})
     if missing:
-        raise ValueError(f"a capital budget needs prices; no price for {', '.join(missing[:3])}")
+        raise InputError(f"a capital budget needs prices; no price for {', '.join(missing[:3])}")
     terms = {v: p.options[i].profile.price_usd or 0.0 for (_, i), v in n.items()}
     paid = 0.0
     for (r, i), v in n.items():
