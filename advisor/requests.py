@@ -167,6 +167,11 @@ class ReportRequest(_Request):
     alert_headroom: float = Field(default=0.5, gt=0, lt=1)
     """Alert thresholds sit this far from the model's operating-point value towards the metric's limit
     (0.5: halfway between the expected utilization and saturation)."""
+    existing: Configuration | None = None
+    """Servers you own (as `advisor optimize --save-config` writes them): every layout keeps them, and the report
+    adds the migration plan from them to the recommendation."""
+    allow_removal: bool = False
+    """With `existing`: owned servers may be removed (salvage value: the default cost assumptions)."""
 
     @field_validator("power_factors", "tool_factors")
     @classmethod

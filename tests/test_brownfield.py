@@ -326,3 +326,31 @@ def test_min_cost_counts_owned_servers_as_paid_for(mini_catalog):
     assert res.throughput_tasks_per_hour >= 0.3 * have * (1 - REL)
     assert res.migration.total_cost_usd == 0.0
     assert _keeps(res, owned)
+
+
+# ------------------------------------------------------------------------------------------ report
+
+
+def test_report_has_the_migration_block_and_brownfield_sweeps(mini_catalog):
+    from advisor.report.html import SECTIONS, render_report
+    from advisor.requests import ReportRequest
+
+    req = ReportRequest(workload="agent", rack="r40", existing=Configuration.model_validate(OWNED),
+                        power_factors=[0.1, 1.0], tool_factors=[1.0, 2.0], time_limit_s=30, sweep_budget_s=60)
+    html, data = render_report(req, mini_catalog)
+    assert "<h3 id=\"migration\">From the servers you own to this rack</h3>" in html
+    for sid in SECTIONS:
+        assert f'<section id="{sid}">' in html
+    mig = data["migration"]
+    assert mig["steps"][0]["action"] == "as_is" and len(mig["steps"]) >= 2
+    assert mig["recommended_tasks_per_hour"] == pytest.approx(data["glance"]["tasks_per_hour"], rel=REL)
+    for step in mig["steps"]:
+        assert f"{step['tasks_per_hour']:,.0f}" in html
+    # the sweeps keep the owned servers: at 10% of the rack's power they do not fit, an infeasible point
+    low = next(p for p in data["sensitivity"]["power"]["points"] if p["factor"] == 0.1)
+    assert set(low["status"].values()) == {"infeasible"}
+    cfg = Configuration.model_validate(data["chosen"]["configuration"])
+    assert _keeps(type("R", (), {"servers": cfg.servers})(), Configuration.model_validate(OWNED))
+    green, gdata = render_report(ReportRequest(workload="agent", rack="r40", sensitivity=False, time_limit_s=30),
+                                 mini_catalog)
+    assert gdata["migration"] is None and 'id="migration"' not in green

@@ -71,18 +71,23 @@ def register(app: typer.Typer) -> None:
         output: Path = typer.Option(Path("report.html"), "--output", "-o", help="HTML file to write."),
         json_out: Path | None = typer.Option(None, "--json", help="Also write the report's figures as JSON."),
         quiet: bool = QUIET_OPT,
+        existing: Path | None = typer.Option(None, "--existing", help="Configuration YAML of the servers you own: "
+                                             "every layout keeps them; the report adds the migration plan."),
+        allow_removal: bool = typer.Option(False, "--allow-removal", help="With --existing: owned servers may be "
+                                           "removed."),
     ) -> None:
         """Write a self-contained HTML recommendation report (open it in any browser; prints on A4/Letter)."""
         from advisor import service
-        from advisor.catalog import builtin_catalog, load_catalog
+        from advisor.catalog import builtin_catalog, load_catalog, load_configuration
         from advisor.requests import ReportRequest
 
         if layout and compare:
             fail("give --layout or --compare, not both")
         with user_errors("report request"):
+            owned = load_configuration(existing) if existing is not None else None
             req = ReportRequest(workload=workload, rack=rack, racks=racks, layout=layout.value if layout else None,
                                 compare=compare, solver=solver.value, time_limit_s=time_limit,
-                                sensitivity=not no_sensitivity)
+                                sensitivity=not no_sensitivity, existing=owned, allow_removal=allow_removal)
             cat = load_catalog(catalog_dir) if catalog_dir else builtin_catalog()
             what = "rendering the report" + ("" if no_sensitivity else " (optimizing, then the sensitivity sweeps)")
             with progress(what, quiet):

@@ -24,6 +24,7 @@ from advisor.optimizer.formulation import FixedServers
 from advisor.optimizer.options import ServerOption, enumerate_options
 from advisor.optimizer.settings import OptimizerSettings
 from models.base import Frozen
+from models.errors import InputError
 from models.catalog import Catalog
 from models.config import SHARED_QUEUE, Configuration, ServerGroup
 from models.hardware import Rack
@@ -92,7 +93,7 @@ class Migration(Frozen):
     notes: list[str] = Field(default_factory=list)
 
 
-class NotACandidate(ValueError):
+class NotACandidate(InputError):
     """An owned server the layout's candidates cannot hold (compare reports that layout infeasible in group
     fixed_servers)."""
 
@@ -114,17 +115,18 @@ def check_existing(existing: Configuration, workload: Workload, rack: Rack, rack
     """The owned configuration over the requested row, evaluated; ValueError (naming the field and the numbers)
     where it does not fit the request."""
     if existing.racks > racks:
-        raise ValueError(f"existing configuration {existing.name!r} has {existing.racks} racks, the request "
-                         f"{racks}: ask for at least {existing.racks} racks")
+        raise InputError(f"existing configuration {existing.name!r} has {existing.racks} racks, the request "
+                         f"{racks}: ask for at least {existing.racks} racks", loc=("body", "existing", "racks"))
     cfg = existing.model_copy(update={"racks": racks})
     try:
         ev = evaluate(cfg, workload, rack, catalog, settings.assumptions)
-    except ValueError as e:
-        raise ValueError(f"existing configuration {existing.name!r}: {e}") from None
+    except ValueError as e:  # an unknown id or a queue the workload does not have
+        raise InputError(f"existing configuration {existing.name!r}: {e}", loc=("body", "existing")) from None
     over = [f"rack {r.rack}: {', '.join(r.exceeded)}" for r in ev.racks if r.exceeded]
     if over:
-        raise ValueError(f"existing configuration {existing.name!r} exceeds the budgets of rack profile {rack.id} "
-                         f"({'; '.join(over)}): the servers you own must fit the rack you optimize")
+        raise InputError(f"existing configuration {existing.name!r} exceeds the budgets of rack profile {rack.id} "
+                         f"({'; '.join(over)}): the servers you own must fit the rack you optimize",
+                         loc=("body", "existing", "servers"))
     return cfg, ev
 
 
@@ -153,8 +155,8 @@ def owned_servers(existing: Configuration, options: list[ServerOption], servings
                        "b": "layout b has no CPU-only tool nodes"}.get(layout, "it does not fit an empty rack of "
                                                                             "this profile or serve the workload")
                 raise NotACandidate(f"existing configuration servers[{i}] ({g.chassis}, {g.cpu}, "
-                                 f"{g.gpus_per_server} x {g.gpu or 'no GPU'}) is not a candidate server of layout "
-                                 f"{layout}: {why}")
+                                    f"{g.gpus_per_server} x {g.gpu or 'no GPU'}) is not a candidate server of "
+                                    f"layout {layout}: {why}", loc=("body", "existing", "servers", i))
             options = [*options, by_key[k]]
             have.add(k)
             sk = by_key[k].serving_key

@@ -25,8 +25,9 @@ from advisor.optimizer.compare import ChipVsRack, LayoutComparison, chip_vs_rack
 from advisor.errors import InputError
 from advisor.operations import operating_thresholds
 from advisor.optimizer.groups import BUDGET_GROUPS
-from advisor.optimizer.optimize import OptimizeResult, optimize
+from advisor.optimizer.optimize import OptimizeResult
 from advisor.optimizer.settings import OptimizerSettings
+from advisor.report.migration import brownfield_kwargs, migration_view, sweep_point
 from models.assumptions import ModelAssumptions
 from advisor.requests import ReportRequest
 from models.catalog import Catalog
@@ -447,7 +448,7 @@ def sweep(kind: Literal["power", "tools"], factors: list[float], w: Workload, ra
                     w2, r2 = w, rack.model_copy(update={"power_kw": rack.power_kw * f})
                 else:
                     w2, r2 = _scale_tools(w, f), rack
-                got[f][lay] = optimize(w2, r2, cat, layout=lay, explain=False, **kw)
+                got[f][lay] = sweep_point(w2, r2, cat, lay, kw)
     points = []
     for f in factors:
         res = got[f]
@@ -789,7 +790,8 @@ def report_inputs(request: ReportRequest | dict, catalog: Catalog | None,
 def solve_layouts(x: ReportInputs) -> tuple[LayoutComparison, OptimizeResult]:
     """The comparison of A, B and hybrid, and the answer the report recommends (the requested layout, else the
     best)."""
-    cmp = compare_layouts(x.w, x.rack, x.cat, time_limit_s=x.req.time_limit_s, **x.solve_kwargs())
+    cmp = compare_layouts(x.w, x.rack, x.cat, time_limit_s=x.req.time_limit_s, **x.solve_kwargs(),
+                          **brownfield_kwargs(x.req))
     chosen = x.req.layout or cmp.best_layout
     return cmp, next(r for r in cmp.results if r.layout == chosen)
 
@@ -799,7 +801,8 @@ def sensitivity_sweeps(x: ReportInputs, cmp: LayoutComparison) -> dict[str, dict
     if not x.req.sensitivity:
         return {}
     t1 = time.perf_counter()
-    skw = dict(x.solve_kwargs(), time_limit_s=min(x.req.sweep_time_limit_s, x.req.time_limit_s))
+    skw = dict(x.solve_kwargs(), time_limit_s=min(x.req.sweep_time_limit_s, x.req.time_limit_s),
+               **brownfield_kwargs(x.req))
     sweeps = {"power": sweep("power", x.req.power_factors, x.w, x.rack, x.cat, cmp.results, skw,
                              x.req.sweep_budget_s / 2)}
     left = x.req.sweep_budget_s - (time.perf_counter() - t1)
@@ -921,6 +924,7 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
         "gpus_of": {r.layout: _gpus(r) for r in cmp.results},
         "sections": SECTIONS,
         "exports": export_links(res, w, cat, s.assumptions, req.alert_headroom),
+        "migration": migration_view(res.migration),
     }
     html = _env().get_template("report.html.j2").render(**ctx)
     timing["total_s"] = time.perf_counter() - t0
@@ -946,5 +950,6 @@ def report_data(ctx: dict, s: OptimizerSettings, timing: dict[str, float]) -> di
         "sources": [{k: v for k, v in r.items() if k != "source_parts"} for r in ctx["sources"]],
         "assumptions": {"model": s.assumptions.model_dump(mode="json"),
                         "optimizer": s.model_dump(mode="json", exclude={"assumptions"})},
+        "migration": ctx["migration"],
         "timing": timing,
     })

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from advisor.optimizer.migration import Migration, MigrationStep
+from advisor.optimizer.optimize import OptimizeResult, not_a_candidate_result, optimize
+from models.errors import InputError
 
 
 def _check_text(value: float | None, unit: str) -> str:
@@ -33,3 +35,21 @@ def migration_view(mig: Migration | None) -> dict[str, Any] | None:
     return {"existing_tasks_per_hour": mig.existing_tasks_per_hour,
             "recommended_tasks_per_hour": mig.recommended_tasks_per_hour, "total_cost_usd": mig.total_cost_usd,
             "salvage_fraction": mig.salvage_fraction, "steps": [_step(s) for s in mig.steps], "notes": mig.notes}
+
+
+def brownfield_kwargs(req) -> dict[str, Any]:
+    """The optimizer arguments of a report request's owned servers (none for a greenfield report)."""
+    if getattr(req, "existing", None) is None:
+        return {}
+    return {"existing": req.existing, "allow_removal": req.allow_removal}
+
+
+def sweep_point(workload, rack, catalog, layout: str, kw: dict) -> OptimizeResult:
+    """One sensitivity-sweep solve. With owned servers, a point whose budgets cannot hold them (less rack power)
+    or a layout that cannot (a CPU tier in layout b) is an infeasible point naming the fixed-server group."""
+    if "existing" not in kw:
+        return optimize(workload, rack, catalog, layout=layout, explain=False, **kw)
+    try:
+        return optimize(workload, rack, catalog, layout=layout, explain=False, **kw)
+    except InputError as e:
+        return not_a_candidate_result(layout, kw.get("backend", "cbc"), str(e))
