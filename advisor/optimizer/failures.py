@@ -1,0 +1,202 @@
+"""Spares and failure domains: what one failed GPU server, one failed CPU node and one lost power feed cost, and
+the answer with spares held back.
+
+Every figure is the evaluator's (models.pipeline.evaluate) for the degraded configuration, with its operating figure
+(advisor.optimizer.operating) at the planned load.
+
+- Spares (`spares` N): N servers of each kind in the answer (a kind: one chassis, CPU, GPU SKU and GPU count; the
+  GPU pool's servers and the CPU pool's nodes) are held back: they stay racked (the answer as solved fits every
+  budget with them) and serve nothing until a server of their kind fails. The headline with spares is the
+  evaluator's figure for the remaining active servers. N = 0: no spares.
+- One GPU server / one CPU node lost: the worst kind to lose one of (the smallest sustainable throughput after the
+  loss), taken from the group with the most servers of that kind. With a spare of that kind the loss is covered
+  (the spare takes its place): the figures are the active ones.
+- One power feed lost: under 2N or N+1 redundancy the surviving feeds carry the whole rack (the power_feed budget
+  the optimizer keeps), so throughput is unchanged; a server whose supplies cannot carry it on the surviving side
+  (models.rack_physics.psu_warning) runs power-capped, which the model has no figure for: it is named. Without
+  redundancy a lost feed drops the servers it carries; assumption: servers are spread evenly over the rack's feeds,
+  each on one feed, so ceil(count / feeds) of every group of the rack with the most draw go down.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from models.assumptions import ModelAssumptions
+from models.base import Frozen
+from models.catalog import Catalog
+from models.config import Configuration, ServerGroup
+from models.hardware import Rack
+from models.pipeline import evaluate
+from models.workload import Workload
+
+from advisor.optimizer.operating import PLANNED, meets_targets, operating_figure
+
+if TYPE_CHECKING:
+    from advisor.optimizer.optimize import OptimizeResult
+
+
+class LossCase(Frozen):
+    """The answer after one failure."""
+
+    loss: str
+    """`one GPU server`, `one CPU node` or `one power feed`."""
+    detail: str
+    """What is lost and how the figure is made."""
+    sustainable_tasks_per_hour: float | None
+    """Sustainable throughput after the loss (None: not modelled, see detail)."""
+    operating_tasks_per_hour: float | None
+    """Operating figure after the loss (planned load of the degraded configuration, every tail target met)."""
+    fraction_of_intact: float | None
+    """Operating figure after the loss over the intact answer's."""
+    planned_arrivals_served: bool | None
+    """The intact answer's operating arrival rate still runs within every tail target after the loss."""
+
+
+class Failures(Frozen):
+    """Spares and the cost of one failure per failure domain."""
+
+    spares_per_kind: int
+    spares: list[str]
+    """The servers held back, e.g. `1x gpu-chassis (cpu, 8x gpu)`."""
+    active_sustainable_tasks_per_hour: float
+    """Sustainable throughput of the servers that serve (all of them without spares)."""
+    active_operating_tasks_per_hour: float
+    """Operating figure of the servers that serve: the headline when spares are held back."""
+    cases: list[LossCase]
+
+
+def kind_of(g: ServerGroup) -> tuple:
+    return (g.chassis, g.cpu, g.gpu, g.gpus_per_server)
+
+
+def describe(kind: tuple, n: int) -> str:
+    chassis, cpu, gpu, gpus = kind
+    return f"{n}x {chassis} ({cpu}" + (f", {gpus}x {gpu})" if gpu else ")")
+
+
+def remove(cfg: Configuration, kind: tuple, n: int) -> Configuration:
+    """`cfg` with n servers of this kind taken out, each time from the group (rack) with the most of them."""
+    groups = [g.model_copy() for g in cfg.servers]
+    for _ in range(n):
+        idx = [i for i, g in enumerate(groups) if kind_of(g) == kind and g.count > 0]
+        if not idx:
+            break
+        i = max(idx, key=lambda j: (groups[j].count, -j))
+        groups[i] = groups[i].model_copy(update={"count": groups[i].count - 1}) if groups[i].count > 1 else None
+        groups = [g for g in groups if g is not None]
+    return cfg.model_copy(update={"servers": groups})
+
+
+def _case(loss: str, detail: str, cfg: Configuration | None, w: Workload, rack: Rack, catalog: Catalog,
+          a: ModelAssumptions, intact_op: float) -> LossCase:
+    if cfg is None:
+        return LossCase(loss=loss, detail=detail, sustainable_tasks_per_hour=None, operating_tasks_per_hour=None,
+                        fraction_of_intact=None, planned_arrivals_served=None)
+    if not cfg.servers:
+        return LossCase(loss=loss, detail=detail + "; nothing is left to serve", sustainable_tasks_per_hour=0.0,
+                        operating_tasks_per_hour=0.0, fraction_of_intact=0.0, planned_arrivals_served=False)
+    try:
+        x = evaluate(cfg, w, rack, catalog, a).throughput_tasks_per_hour
+        fig = operating_figure(cfg, w, rack, catalog, a, x)
+        served = intact_op > 0 and intact_op < x and meets_targets(cfg, w, rack, catalog, a, intact_op)[0]
+    except ValueError as e:
+        return LossCase(loss=loss, detail=f"{detail}; the model cannot evaluate what is left ({e})",
+                        sustainable_tasks_per_hour=0.0, operating_tasks_per_hour=0.0, fraction_of_intact=0.0,
+                        planned_arrivals_served=False)
+    limit = "" if fig.limited_by == PLANNED else f" ({fig.limited_by} binds)"
+    return LossCase(loss=loss, detail=detail + limit, sustainable_tasks_per_hour=x,
+                    operating_tasks_per_hour=fig.operating_tasks_per_hour,
+                    fraction_of_intact=fig.operating_tasks_per_hour / intact_op if intact_op > 0 else None,
+                    planned_arrivals_served=served)
+
+
+def _server_loss(loss: str, pool: list[tuple], spare_kinds: set, active: Configuration, w: Workload, rack: Rack,
+                 catalog: Catalog, a: ModelAssumptions, intact_op: float, intact_x: float) -> LossCase:
+    if not pool:
+        what = "GPU servers" if loss == "one GPU server" else "CPU-only nodes (tools run on the GPU servers' cores)"
+        return LossCase(loss=loss, detail=f"the answer has no {what}", sustainable_tasks_per_hour=None,
+                        operating_tasks_per_hour=None, fraction_of_intact=None, planned_arrivals_served=None)
+    uncovered = [k for k in pool if k not in spare_kinds]
+    if not uncovered:
+        return LossCase(loss=loss, detail=f"a spare of its kind takes the place of the failed server "
+                        f"({', '.join(describe(k, 1) for k in pool)})", sustainable_tasks_per_hour=intact_x,
+                        operating_tasks_per_hour=intact_op, fraction_of_intact=1.0 if intact_op > 0 else None,
+                        planned_arrivals_served=intact_op > 0)
+    cases = [_case(loss, f"{describe(k, 1).removeprefix('1x ')} fails"
+                   + (f" (the worst of {len(uncovered)} kinds)" if len(uncovered) > 1 else ""),
+                   remove(active, k, 1), w, rack, catalog, a, intact_op) for k in uncovered]
+    return min(cases, key=lambda c: (c.sustainable_tasks_per_hour or 0.0, c.operating_tasks_per_hour or 0.0))
+
+
+def _feed_loss(active: Configuration, res_power_by_rack: dict[int, float], warnings: list[str], w: Workload, rack: Rack,
+               catalog: Catalog, a: ModelAssumptions, intact_op: float, intact_x: float) -> LossCase:
+    loss = "one power feed"
+    if rack.feed_rating_w is None:
+        return _case(loss, f"rack {rack.id} has no feed model (one power_kw budget): a lost supply is not modelled",
+                     None, w, rack, catalog, a, intact_op)
+    if rack.redundancy != "none":
+        capped = sorted({m for m in warnings if "side is lost" in m})  # models.rack_physics.psu_warning
+        detail = (f"{rack.redundancy}: the {rack.surviving_feeds} surviving of {rack.feeds} feeds carry the whole rack "
+                  f"(the power_feed budget keeps the draw within them), so no server goes down")
+        if capped:
+            detail += ("; but " + "; ".join(capped) + " - the model has no figure for power-capped servers, so the "
+                       "figure shown is an upper bound")
+        return LossCase(loss=loss, detail=detail, sustainable_tasks_per_hour=intact_x,
+                        operating_tasks_per_hour=intact_op, fraction_of_intact=1.0 if intact_op > 0 else None,
+                        planned_arrivals_served=intact_op > 0 and not capped)
+    r = max(res_power_by_rack, key=lambda k: (res_power_by_rack[k], -k)) if res_power_by_rack else 0
+    groups = []
+    lost = []
+    for g in active.servers:
+        if g.rack != r:
+            groups.append(g)
+            continue
+        down = math.ceil(g.count / rack.feeds)
+        lost.append(describe(kind_of(g), down))
+        if g.count - down > 0:
+            groups.append(g.model_copy(update={"count": g.count - down}))
+    detail = (f"no redundancy: one of rack {r}'s {rack.feeds} feeds goes down with the servers on it (assumption: "
+              f"servers spread evenly over the feeds, each on one): {', '.join(lost) or 'none'}")
+    return _case(loss, detail, active.model_copy(update={"servers": groups}), w, rack, catalog, a, intact_op)
+
+
+def failures(res: OptimizeResult, w: Workload, rack: Rack, catalog: Catalog, a: ModelAssumptions,
+             spares: int = 0) -> Failures | None:
+    """Spares held back and the loss cases of the optimizer's answer (None without an answer)."""
+    if not res.configuration or res.evaluation is None or res.operating is None:
+        return None
+    cfg = Configuration.model_validate(res.configuration)
+    kinds: dict[tuple, int] = {}
+    for g in cfg.servers:
+        kinds[kind_of(g)] = kinds.get(kind_of(g), 0) + g.count
+    held = {k: min(spares, n) for k, n in kinds.items()} if spares else {}
+    active = cfg
+    for k, n in held.items():
+        active = remove(active, k, n)
+    if held and active.servers:
+        x = evaluate(active, w, rack, catalog, a).throughput_tasks_per_hour
+        op = operating_figure(active, w, rack, catalog, a, x).operating_tasks_per_hour
+    elif held:
+        x = op = 0.0
+    else:
+        x, op = res.throughput_tasks_per_hour, res.operating.operating_tasks_per_hour
+    # a spare covers a loss of its kind only while one is left after holding back (n >= 1 held)
+    spare_kinds = {k for k, n in held.items() if n >= 1}
+    gpu_pool = sorted((k for k in kinds if k[2] is not None), key=str)
+    cpu_pool = sorted((k for k in kinds if k[2] is None), key=str)
+    power = {ru.rack: ru.power_w for ru in res.evaluation.racks}
+    cases = [
+        _server_loss("one GPU server", gpu_pool, spare_kinds, active, w, rack, catalog, a, op, x),
+        _server_loss("one CPU node", cpu_pool, spare_kinds, active, w, rack, catalog, a, op, x),
+        _feed_loss(active, power, res.evaluation.warnings, w, rack, catalog, a, op, x),
+    ]
+    return Failures(spares_per_kind=spares, spares=[describe(k, n) for k, n in sorted(held.items(), key=str) if n],
+                    active_sustainable_tasks_per_hour=x, active_operating_tasks_per_hour=op, cases=cases)
+
+
+def with_failures(res: OptimizeResult, w: Workload, rack: Rack, catalog: Catalog, a: ModelAssumptions,
+                  spares: int = 0) -> OptimizeResult:
+    f = failures(res, w, rack, catalog, a, spares)
+    return res if f is None else res.model_copy(update={"failures": f})
