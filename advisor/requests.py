@@ -18,6 +18,10 @@ from models.base import BoundedNumbers
 from models.config import Configuration
 
 
+MAX_SPARES = 100
+"""Upper bound of `spares` (every request number is bounded); spares are capped at the servers of each kind anyway."""
+
+
 class _Request(BoundedNumbers):
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, strict=True, allow_inf_nan=False)
 
@@ -51,6 +55,9 @@ class _SolveRequest(_Request):
     """Only these CPU SKUs."""
     assumptions: ModelAssumptions | None = None
     """Model assumptions to override."""
+    spares: int = Field(default=0, ge=0, le=MAX_SPARES)
+    """Servers of each kind in the answer held back as spares: the answer states the throughput of the others, and
+    the throughput with one GPU server, one CPU node and one power feed lost (`failures`)."""
 
 
 class OptimizeRequest(_SolveRequest):

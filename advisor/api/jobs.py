@@ -42,7 +42,7 @@ def optimize_job(cat: Catalog, req: OptimizeRequest, time_limit_s: float) -> Opt
         return optimize(w, r, cat, layout=req.layout, racks=req.racks, backend=req.solver, time_limit_s=time_limit_s,
                         objective=req.objective, required_tasks_per_hour=req.required_tasks_per_hour,
                         capital_budget_usd=req.capital_budget_usd, gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids,
-                        settings=s, explain=req.explain)
+                        settings=s, explain=req.explain, spares=req.spares)
     except ValueError as e:
         raise InputError(str(e)) from None
 
@@ -51,7 +51,8 @@ def compare_job(cat: Catalog, req: CompareRequest, time_limit_s: float) -> Layou
     w, r, s = solve_inputs(cat, req)
     try:
         return compare_layouts(w, r, cat, racks=req.racks, backend=req.solver, time_limit_s=time_limit_s,
-                               gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids, settings=s, explain=req.explain)
+                               gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids, settings=s, explain=req.explain,
+                               spares=req.spares)
     except ValueError as e:
         raise InputError(str(e)) from None
 

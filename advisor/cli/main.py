@@ -127,6 +127,7 @@ def evaluate_cmd(
 
 class ObjectiveOpt(str, Enum):
     max_throughput = "max_throughput"
+    max_operating_throughput = "max_operating_throughput"
     min_cost = "min_cost"
     min_power = "min_power"
     min_cost_per_task = "min_cost_per_task"
@@ -145,10 +146,14 @@ def _inputs(workload: str, rack: str, catalog_dir: Path | None = None, gpus: lis
         fail(str(e))
 
 
-def _opt_kwargs(racks, solver, time_limit, objective, required, capital, gpus, cpus) -> dict:
+def _opt_kwargs(racks, solver, time_limit, objective, required, capital, gpus, cpus, spares=0) -> dict:
     return dict(racks=racks, backend=solver.value, time_limit_s=time_limit, objective=objective.value,
                 required_tasks_per_hour=required, capital_budget_usd=capital, gpu_ids=gpus or None,
-                cpu_ids=cpus or None)
+                cpu_ids=cpus or None, spares=spares)
+
+
+SPARES_OPT = typer.Option(0, "--spares", min=0, help="Servers of each kind held back as spares; the answer states "
+                          "the throughput of the others and with one GPU server, CPU node or power feed lost.")
 
 
 WORKLOAD_OPT = typer.Option(..., "--workload", "-w", help="Workload preset id or YAML file.")
@@ -170,6 +175,7 @@ def optimize_cmd(
     gpus: list[str] | None = typer.Option(None, "--gpu", help="Only these GPU SKUs (repeat)."),
     cpus: list[str] | None = typer.Option(None, "--cpu", help="Only these CPU SKUs (repeat)."),
     gap: float = typer.Option(1e-6, "--gap", min=0, max=0.5, help="Relative MIP gap at which to stop."),
+    spares: int = SPARES_OPT,
     catalog_dir: Path | None = CATALOG_OPT,
     as_json: bool = typer.Option(False, "--json", metavar=""),
     quiet: bool = QUIET_OPT,
@@ -189,7 +195,8 @@ def optimize_cmd(
     try:
         with progress(f"optimizing layout {layout.value} (time limit {time_limit:g} s)", quiet or as_json):
             res = optimize(w, r, cat, layout=layout.value, settings=OptimizerSettings(mip_gap=gap),
-                           **_opt_kwargs(racks, solver, time_limit, objective, required, capital, gpus, cpus))
+                           **_opt_kwargs(racks, solver, time_limit, objective, required, capital, gpus, cpus,
+                                         spares))
     except (InputError, ValueError) as e:
         fail(str(e))
     if res.configuration:
@@ -218,6 +225,7 @@ def compare_cmd(
     time_limit: float = typer.Option(60.0, "--time-limit", min=1, help="Seconds per layout."),
     gpus: list[str] | None = typer.Option(None, "--gpu", help="Only these GPU SKUs (repeat)."),
     cpus: list[str] | None = typer.Option(None, "--cpu", help="Only these CPU SKUs (repeat)."),
+    spares: int = SPARES_OPT,
     catalog_dir: Path | None = CATALOG_OPT,
     as_json: bool = typer.Option(False, "--json", metavar=""),
     quiet: bool = QUIET_OPT,
@@ -232,7 +240,7 @@ def compare_cmd(
     try:
         with progress(f"optimizing layouts a, b and hybrid (time limit {time_limit:g} s each)", quiet or as_json):
             cmp = compare_layouts(w, r, cat, racks=racks, backend=solver.value, time_limit_s=time_limit,
-                                  gpu_ids=gpus or None, cpu_ids=cpus or None)
+                                  gpu_ids=gpus or None, cpu_ids=cpus or None, spares=spares)
     except (InputError, ValueError) as e:
         fail(str(e))
     cmp = cmp.model_copy(update={"results": [

@@ -4,13 +4,14 @@ the answer with spares held back.
 Every figure is the evaluator's (models.pipeline.evaluate) for the degraded configuration, with its operating figure
 (advisor.optimizer.operating) at the planned load.
 
-- Spares (`spares` N): N servers of each kind in the answer (a kind: one chassis, CPU, GPU SKU and GPU count; the
-  GPU pool's servers and the CPU pool's nodes) are held back: they stay racked (the answer as solved fits every
-  budget with them) and serve nothing until a server of their kind fails. The headline with spares is the
+- Spares (`spares` N): N servers of each pool (the GPU servers; the CPU-only nodes) are held back, of the pool's
+  most numerous kind (a kind: one chassis, CPU, GPU SKU and GPU count): they stay racked (the answer as solved fits
+  every budget with them) and serve nothing until a server of their pool fails. The headline with spares is the
   evaluator's figure for the remaining active servers. N = 0: no spares.
 - One GPU server / one CPU node lost: the worst kind to lose one of (the smallest sustainable throughput after the
-  loss), taken from the group with the most servers of that kind. With a spare of that kind the loss is covered
-  (the spare takes its place): the figures are the active ones.
+  loss), taken from the group with the most servers of that kind. With spares in that pool one of them takes the
+  failed server's place: the figures are those of the active servers when it is of the same kind, else of the
+  configuration with the spare serving instead of the failed server.
 - One power feed lost: under 2N or N+1 redundancy the surviving feeds carry the whole rack (the power_feed budget
   the optimizer keeps), so throughput is unchanged; a server whose supplies cannot carry it on the surviving side
   (models.rack_physics.psu_warning) runs power-capped, which the model has no figure for: it is named. Without
@@ -57,7 +58,7 @@ class LossCase(Frozen):
 class Failures(Frozen):
     """Spares and the cost of one failure per failure domain."""
 
-    spares_per_kind: int
+    spares_per_pool: int
     spares: list[str]
     """The servers held back, e.g. `1x gpu-chassis (cpu, 8x gpu)`."""
     active_sustainable_tasks_per_hour: float
@@ -112,22 +113,39 @@ def _case(loss: str, detail: str, cfg: Configuration | None, w: Workload, rack: 
                     planned_arrivals_served=served)
 
 
-def _server_loss(loss: str, pool: list[tuple], spare_kinds: set, active: Configuration, w: Workload, rack: Rack,
+def _server_loss(loss: str, pool: list[tuple], spare: tuple | None, active: Configuration, w: Workload, rack: Rack,
                  catalog: Catalog, a: ModelAssumptions, intact_op: float, intact_x: float) -> LossCase:
+    """`spare`: the kind of this pool's spares (None: no spare left in the pool)."""
     if not pool:
         what = "GPU servers" if loss == "one GPU server" else "CPU-only nodes (tools run on the GPU servers' cores)"
         return LossCase(loss=loss, detail=f"the answer has no {what}", sustainable_tasks_per_hour=None,
                         operating_tasks_per_hour=None, fraction_of_intact=None, planned_arrivals_served=None)
-    uncovered = [k for k in pool if k not in spare_kinds]
-    if not uncovered:
-        return LossCase(loss=loss, detail=f"a spare of its kind takes the place of the failed server "
-                        f"({', '.join(describe(k, 1) for k in pool)})", sustainable_tasks_per_hour=intact_x,
-                        operating_tasks_per_hour=intact_op, fraction_of_intact=1.0 if intact_op > 0 else None,
-                        planned_arrivals_served=intact_op > 0)
-    cases = [_case(loss, f"{describe(k, 1).removeprefix('1x ')} fails"
-                   + (f" (the worst of {len(uncovered)} kinds)" if len(uncovered) > 1 else ""),
-                   remove(active, k, 1), w, rack, catalog, a, intact_op) for k in uncovered]
-    return min(cases, key=lambda c: (c.sustainable_tasks_per_hour or 0.0, c.operating_tasks_per_hour or 0.0))
+    cases = []
+    for k in pool:
+        name = describe(k, 1).removeprefix("1x ")
+        if spare == k:
+            cases.append(LossCase(loss=loss, detail=f"{name} fails and a spare of its kind takes its place",
+                                  sustainable_tasks_per_hour=intact_x, operating_tasks_per_hour=intact_op,
+                                  fraction_of_intact=1.0 if intact_op > 0 else None,
+                                  planned_arrivals_served=intact_op > 0))
+            continue
+        after = remove(active, k, 1)
+        detail = f"{name} fails"
+        if spare is not None:
+            after = after.model_copy(update={"servers": [*after.servers, *_one(active, spare)]})
+            detail += f" and a spare {describe(spare, 1).removeprefix('1x ')} serves in its place"
+        cases.append(_case(loss, detail, after, w, rack, catalog, a, intact_op))
+    worst = min(cases, key=lambda c: (c.sustainable_tasks_per_hour if c.sustainable_tasks_per_hour is not None
+                                      else 0.0, c.operating_tasks_per_hour or 0.0))
+    if len(cases) > 1:
+        worst = worst.model_copy(update={"detail": worst.detail + f" (the worst of {len(cases)} kinds to lose)"})
+    return worst
+
+
+def _one(cfg: Configuration, kind: tuple) -> list[ServerGroup]:
+    """One server of this kind set up as the configuration's servers of its kind are (same rack, cores, queues)."""
+    g = next(g for g in cfg.servers if kind_of(g) == kind) if any(kind_of(g) == kind for g in cfg.servers) else None
+    return [] if g is None else [g.model_copy(update={"count": 1})]
 
 
 def _feed_loss(active: Configuration, res_power_by_rack: dict[int, float], warnings: list[str], w: Workload, rack: Rack,
@@ -145,7 +163,7 @@ def _feed_loss(active: Configuration, res_power_by_rack: dict[int, float], warni
                        "figure shown is an upper bound")
         return LossCase(loss=loss, detail=detail, sustainable_tasks_per_hour=intact_x,
                         operating_tasks_per_hour=intact_op, fraction_of_intact=1.0 if intact_op > 0 else None,
-                        planned_arrivals_served=intact_op > 0 and not capped)
+                        planned_arrivals_served=(intact_op > 0) if not capped else None)
     r = max(res_power_by_rack, key=lambda k: (res_power_by_rack[k], -k)) if res_power_by_rack else 0
     groups = []
     lost = []
@@ -171,7 +189,11 @@ def failures(res: OptimizeResult, w: Workload, rack: Rack, catalog: Catalog, a: 
     kinds: dict[tuple, int] = {}
     for g in cfg.servers:
         kinds[kind_of(g)] = kinds.get(kind_of(g), 0) + g.count
-    held = {k: min(spares, n) for k, n in kinds.items()} if spares else {}
+    gpu_pool = sorted((k for k in kinds if k[2] is not None), key=str)
+    cpu_pool = sorted((k for k in kinds if k[2] is None), key=str)
+    # each pool's spares: its most numerous kind (ties: the first by id), at most all of them
+    spare_kind = {id(p): max(p, key=lambda k: kinds[k]) for p in (gpu_pool, cpu_pool) if p and spares}
+    held = {k: min(spares, kinds[k]) for k in spare_kind.values()}
     active = cfg
     for k, n in held.items():
         active = remove(active, k, n)
@@ -182,17 +204,13 @@ def failures(res: OptimizeResult, w: Workload, rack: Rack, catalog: Catalog, a: 
         x = op = 0.0
     else:
         x, op = res.throughput_tasks_per_hour, res.operating.operating_tasks_per_hour
-    # a spare covers a loss of its kind only while one is left after holding back (n >= 1 held)
-    spare_kinds = {k for k, n in held.items() if n >= 1}
-    gpu_pool = sorted((k for k in kinds if k[2] is not None), key=str)
-    cpu_pool = sorted((k for k in kinds if k[2] is None), key=str)
     power = {ru.rack: ru.power_w for ru in res.evaluation.racks}
     cases = [
-        _server_loss("one GPU server", gpu_pool, spare_kinds, active, w, rack, catalog, a, op, x),
-        _server_loss("one CPU node", cpu_pool, spare_kinds, active, w, rack, catalog, a, op, x),
+        _server_loss("one GPU server", gpu_pool, spare_kind.get(id(gpu_pool)), active, w, rack, catalog, a, op, x),
+        _server_loss("one CPU node", cpu_pool, spare_kind.get(id(cpu_pool)), active, w, rack, catalog, a, op, x),
         _feed_loss(active, power, res.evaluation.warnings, w, rack, catalog, a, op, x),
     ]
-    return Failures(spares_per_kind=spares, spares=[describe(k, n) for k, n in sorted(held.items(), key=str) if n],
+    return Failures(spares_per_pool=spares, spares=[describe(k, n) for k, n in sorted(held.items(), key=str) if n],
                     active_sustainable_tasks_per_hour=x, active_operating_tasks_per_hour=op, cases=cases)
 
 
