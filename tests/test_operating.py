@@ -124,19 +124,37 @@ def test_failure_cases_come_from_the_evaluator(cat):
     assert "2N" in feed.detail
 
 
-def test_spares_are_held_back_per_pool(cat):
+def test_spares_are_kept_besides_the_answer(cat):
+    """Spares are bought besides the active servers: every rack still fits them (space, weight) powered off, and
+    losing a server of the pool's costliest kind is covered."""
+    from models.pipeline import evaluate
+
     w, r = load_workload("rl-rollout", cat), load_rack("air-40kw", cat)
+    plain = optimize(w, r, cat, explain=False)
     res = optimize(w, r, cat, explain=False, spares=1)
     f = res.failures
+    assert f.spares_mode == "reserved" and len(f.spares) == 1  # one pool (no CPU-only nodes)
+    assert f.active_sustainable_tasks_per_hour == res.throughput_tasks_per_hour
+    assert res.throughput_tasks_per_hour <= plain.throughput_tasks_per_hour * (1 + 1e-9)
     cfg = Configuration.model_validate(res.configuration)
-    pools = {bool(g.gpu) for g in cfg.servers}
-    assert len(f.spares) == len(pools)
-    assert f.active_sustainable_tasks_per_hour < res.throughput_tasks_per_hour
+    spare = next(g for g in cfg.servers if f"{g.chassis} ({g.cpu}, {g.gpus_per_server}x {g.gpu})" in f.spares[0])
+    full = cfg.model_copy(update={"servers": [*cfg.servers, spare.model_copy(update={"count": 1})]})
+    exceeded = " ".join(x for ru in evaluate(full, w, r, cat).racks for x in ru.exceeded)
+    assert "space" not in exceeded and "weight" not in exceeded
     gpu = next(c for c in f.cases if c.loss == "one GPU server")
-    # a spare takes the failed server's place: never worse than the active servers without the loss... and the
-    # worst kind to lose is judged with the spare serving
-    assert gpu.sustainable_tasks_per_hour is not None
-    assert gpu.sustainable_tasks_per_hour <= res.throughput_tasks_per_hour
+    assert gpu.fraction_of_intact == 1.0 and "spare of its kind" in gpu.detail
+
+
+def test_spares_without_room_are_held_back(cat):
+    w, r = load_workload("swe-agent", cat), load_rack("legacy-air-15kw", cat)
+    plain = optimize(w, r, cat, explain=False)
+    used = plain.space_u - r.reserved_u
+    tight = r.model_copy(update={"reserved_u": r.height_u - used})
+    res = optimize(w, tight, cat, explain=False, spares=1)
+    f = res.failures
+    assert f.spares_mode == "held back"
+    assert f.active_sustainable_tasks_per_hour < res.throughput_tasks_per_hour
+    assert any("held back" in x for x in res.warnings)
 
 
 def test_feed_loss_without_redundancy_drops_servers(cat):

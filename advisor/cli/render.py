@@ -165,7 +165,8 @@ def failure_lines(res) -> list[str]:
         return []
     out = []
     if f.spares:
-        out.append(f"spares held back ({f.spares_per_pool} per pool): {', '.join(f.spares)}; the others deliver "
+        how = "kept besides the servers below" if f.spares_mode == "reserved" else "held back from the servers below"
+        out.append(f"spares {how} ({f.spares_per_pool} per pool): {', '.join(f.spares)}; the active servers deliver "
                    f"[bold]{f.active_operating_tasks_per_hour:,.0f} tasks/h[/bold] at the planned load "
                    f"(sustainable {f.active_sustainable_tasks_per_hour:,.0f})")
     for c in f.cases:

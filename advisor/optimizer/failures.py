@@ -4,10 +4,16 @@ the answer with spares held back.
 Every figure is the evaluator's (models.pipeline.evaluate) for the degraded configuration, with its operating figure
 (advisor.optimizer.operating) at the planned load.
 
-- Spares (`spares` N): N servers of each pool (the GPU servers; the CPU-only nodes) are held back, of the pool's
-  most numerous kind (a kind: one chassis, CPU, GPU SKU and GPU count): they stay racked (the answer as solved fits
-  every budget with them) and serve nothing until a server of their pool fails. The headline with spares is the
-  evaluator's figure for the remaining active servers. N = 0: no spares.
+- Spares (`spares` N, `optimize_with_spares`): every rack keeps N spare servers of each pool (the GPU servers; the
+  CPU-only nodes), of the pool's kind whose loss costs the most throughput in the answer (a kind: one chassis, CPU,
+  GPU SKU and GPU count; ties: the most numerous), so that the worst single loss of the pool is covered.
+  Spares are racked and cabled but powered off until a server of their pool fails, so they take space, weight and
+  capital but no power or cooling (a spare draws only in place of the failed server). The optimizer solves again
+  with their space and weight reserved in every rack (reserved_u, reserved_weight_kg) and their price taken off a
+  capital budget, until the spare kinds of its answer are the ones reserved for (at most SPARE_PASSES solves); the
+  answer's servers are the active ones, its throughput theirs. When the spares cannot be reserved (they do not fit
+  an empty rack, or the passes do not settle on a kind), N servers of each pool are held back from the answer
+  instead, and the stated throughput is that of the others. N = 0: no spares.
 - One GPU server / one CPU node lost: the worst kind to lose one of (the smallest sustainable throughput after the
   loss), taken from the group with the most servers of that kind. With spares in that pool one of them takes the
   failed server's place: the figures are those of the active servers when it is of the same kind, else of the
@@ -60,7 +66,10 @@ class Failures(Frozen):
 
     spares_per_pool: int
     spares: list[str]
-    """The servers held back, e.g. `1x gpu-chassis (cpu, 8x gpu)`."""
+    """The spare servers of the row, e.g. `1x gpu-chassis (cpu, 8x gpu)`."""
+    spares_mode: str = "none"
+    """`reserved` (bought besides the answer's servers, their space and weight kept free in every rack), `held back`
+    (taken from the answer's servers) or `none`."""
     active_sustainable_tasks_per_hour: float
     """Sustainable throughput of the servers that serve (all of them without spares)."""
     active_operating_tasks_per_hour: float
@@ -181,8 +190,9 @@ def _feed_loss(active: Configuration, res_power_by_rack: dict[int, float], warni
 
 
 def failures(res: OptimizeResult, w: Workload, rack: Rack, catalog: Catalog, a: ModelAssumptions,
-             spares: int = 0) -> Failures | None:
-    """Spares held back and the loss cases of the optimizer's answer (None without an answer)."""
+             spares: int = 0, reserved: dict[tuple, int] | None = None) -> Failures | None:
+    """The loss cases of the optimizer's answer with its spares (None without an answer): `reserved` the spare kinds
+    bought besides the answer (kind: servers in the row), else `spares` servers of each pool held back from it."""
     if not res.configuration or res.evaluation is None or res.operating is None:
         return None
     cfg = Configuration.model_validate(res.configuration)
@@ -191,9 +201,13 @@ def failures(res: OptimizeResult, w: Workload, rack: Rack, catalog: Catalog, a: 
         kinds[kind_of(g)] = kinds.get(kind_of(g), 0) + g.count
     gpu_pool = sorted((k for k in kinds if k[2] is not None), key=str)
     cpu_pool = sorted((k for k in kinds if k[2] is None), key=str)
-    # each pool's spares: its most numerous kind (ties: the first by id), at most all of them
-    spare_kind = {id(p): max(p, key=lambda k: kinds[k]) for p in (gpu_pool, cpu_pool) if p and spares}
-    held = {k: min(spares, kinds[k]) for k in spare_kind.values()}
+    # each pool's spares: the kind whose loss costs the most, at most all of its servers
+    if reserved is None:
+        chosen = spare_kinds(res, w, rack, catalog, a) if spares else []
+        held = {k: min(spares, kinds[k]) for k in chosen}
+    else:
+        chosen, held = list(reserved), {}
+    spare_kind = {id(p): next(k for k in chosen if k in p) for p in (gpu_pool, cpu_pool) if any(k in p for k in chosen)}
     active = cfg
     for k, n in held.items():
         active = remove(active, k, n)
@@ -210,8 +224,106 @@ def failures(res: OptimizeResult, w: Workload, rack: Rack, catalog: Catalog, a: 
         _server_loss("one CPU node", cpu_pool, spare_kind.get(id(cpu_pool)), active, w, rack, catalog, a, op, x),
         _feed_loss(active, power, res.evaluation.warnings, w, rack, catalog, a, op, x),
     ]
-    return Failures(spares_per_pool=spares, spares=[describe(k, n) for k, n in sorted(held.items(), key=str) if n],
+    listed = reserved if reserved is not None else held
+    return Failures(spares_per_pool=spares, spares=[describe(k, n) for k, n in sorted(listed.items(), key=str) if n],
+                    spares_mode="reserved" if reserved else "held back" if held else "none",
                     active_sustainable_tasks_per_hour=x, active_operating_tasks_per_hour=op, cases=cases)
+
+
+SPARE_PASSES = 3
+"""Solves allowed to settle the spare kinds (the answer's most numerous kind per pool can change once their space is
+reserved; a third solve that still changes them ends the search with spares held back instead)."""
+
+
+def spare_kinds(res: OptimizeResult, w: Workload, rack: Rack, catalog: Catalog, a: ModelAssumptions) -> list[tuple]:
+    """Each pool's kind whose single loss costs the most sustainable throughput in an answer (the evaluator's
+    figure; ties: the most numerous, then the first by id)."""
+    if not res.configuration:
+        return []
+    cfg = Configuration.model_validate(res.configuration)
+    kinds: dict[tuple, int] = {}
+    for g in cfg.servers:
+        kinds[kind_of(g)] = kinds.get(kind_of(g), 0) + g.count
+
+    def after_loss(k: tuple) -> float:
+        left = remove(cfg, k, 1)
+        if not left.servers:
+            return 0.0
+        try:
+            return evaluate(left, w, rack, catalog, a).throughput_tasks_per_hour
+        except ValueError:
+            return 0.0
+    out = []
+    for pool in (sorted((k for k in kinds if k[2] is not None), key=str),
+                 sorted((k for k in kinds if k[2] is None), key=str)):
+        if pool:
+            out.append(min(pool, key=lambda k: (after_loss(k), -kinds[k])) if len(pool) > 1 else pool[0])
+    return out
+
+
+def _reserve(rack: Rack, catalog: Catalog, kinds: list[tuple], n: int) -> Rack | None:
+    """The rack with n powered-off spares of each kind counted as reserved gear (None: they leave no room)."""
+    u = n * sum(catalog.chassis[k[0]].height_u for k in kinds)
+    kg = n * sum(catalog.chassis[k[0]].weight_kg for k in kinds)
+    if rack.reserved_u + u >= rack.height_u:
+        return None
+    return rack.model_copy(update={"reserved_u": rack.reserved_u + u, "reserved_weight_kg": rack.reserved_weight_kg + kg})
+
+
+def _spare_capital(catalog: Catalog, kinds: list[tuple], n: int, racks: int, costs) -> float | None:
+    from models.tco import server_price
+
+    total = 0.0
+    for ch, cpu, gpu, gpus in kinds:
+        p, _ = server_price(catalog.chassis[ch], catalog.cpus[cpu], catalog.gpus[gpu] if gpu else None, gpus, costs)
+        if p is None:
+            return None
+        total += p * n * racks
+    return total
+
+
+def optimize_with_spares(workload: Workload, rack: Rack, catalog: Catalog, spares: int, **kw) -> OptimizeResult:
+    """The optimizer's answer with `spares` powered-off spares of each pool in every rack (module docstring)."""
+    from advisor.optimizer.optimize import optimize
+    from advisor.optimizer.settings import OptimizerSettings
+
+    s = kw.get("settings") or OptimizerSettings()
+    kw = {**kw, "spares": 0}
+    racks = kw.get("racks", 1)
+    capital = kw.get("capital_budget_usd")
+    res = optimize(workload, rack, catalog, **kw)
+    reserved_for: list[tuple] | None = None
+    a = s.assumptions
+    for _ in range(SPARE_PASSES):
+        kinds = spare_kinds(res, workload, rack, catalog, a)
+        if not kinds or kinds == reserved_for:
+            break
+        r2 = _reserve(rack, catalog, kinds, spares)
+        extra = {}
+        if capital is not None and r2 is not None:
+            price = _spare_capital(catalog, kinds, spares, racks, s.assumptions.costs)
+            r2 = r2 if price is not None and price < capital else None
+            extra = {"capital_budget_usd": capital - price} if r2 is not None else {}
+        if r2 is None:
+            break
+        try:
+            nxt = optimize(workload, r2, catalog, **{**kw, **extra})
+        except ValueError:  # nothing fits beside the spares
+            break
+        res, reserved_for = nxt, kinds
+    if reserved_for is not None and spare_kinds(res, workload, rack, catalog, a) == reserved_for:
+        u = spares * sum(catalog.chassis[k[0]].height_u for k in reserved_for)
+        note = (f"spares: {spares} per pool in every rack ({', '.join(describe(k, spares) for k in reserved_for)}), "
+                f"racked and powered off; {u} U and their weight are kept free in every rack, so the servers above "
+                "are the active ones")
+        f = failures(res, workload, rack, catalog, a, spares, reserved={k: spares * racks for k in reserved_for})
+        return res.model_copy(update={"failures": f, "warnings": res.warnings + [note]})
+    if reserved_for is not None:  # the last solve had space reserved for other kinds: the plain answer
+        res = optimize(workload, rack, catalog, **kw)
+    note = (f"spares: {spares} per pool could not be kept besides the answer (no room, no price, or the answer's "
+            "kinds did not settle); they are held back from it, and the throughput of the others is stated")
+    f = failures(res, workload, rack, catalog, a, spares)
+    return res.model_copy(update={"failures": f, "warnings": res.warnings + [note]})
 
 
 def with_failures(res: OptimizeResult, w: Workload, rack: Rack, catalog: Catalog, a: ModelAssumptions,

@@ -16,7 +16,7 @@ from advisor.optimizer.options import Layout, ServerOption, enumerate_options, p
 from advisor.optimizer.settings import OptimizerSettings
 from advisor.solver import LinearModel, Solution, Var, solve
 from advisor.optimizer.objectives import TCO_OBJECTIVES, solve_tco
-from advisor.optimizer.failures import Failures, with_failures
+from advisor.optimizer.failures import Failures, optimize_with_spares, with_failures
 from advisor.optimizer.operating import OperatingFigure, optimize_operating, with_operating
 from models.base import Frozen
 from models.catalog import Catalog
@@ -604,6 +604,12 @@ def optimize(
                                   time_limit_s=time_limit_s, required_tasks_per_hour=required_tasks_per_hour,
                                   capital_budget_usd=capital_budget_usd, gpu_ids=gpu_ids, cpu_ids=cpu_ids,
                                   settings=settings, explain=explain, spares=spares)
+    if spares > 0:  # advisor/optimizer/failures.py
+        return optimize_with_spares(workload, rack, catalog, spares, layout=layout, racks=racks, backend=backend,
+                                    time_limit_s=time_limit_s, objective=objective,
+                                    required_tasks_per_hour=required_tasks_per_hour,
+                                    capital_budget_usd=capital_budget_usd, gpu_ids=gpu_ids, cpu_ids=cpu_ids,
+                                    settings=settings, explain=explain)
     s = settings or OptimizerSettings()
     clock = _Clock(time_limit_s or s.time_limit_s)
     t0 = time.perf_counter()
