@@ -28,7 +28,8 @@ Every figure is the evaluator's (models.pipeline.evaluate) for the degraded conf
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Any
+from collections.abc import Callable
 
 from models.assumptions import ModelAssumptions
 from models.base import Frozen
@@ -40,8 +41,8 @@ from models.workload import Workload
 
 from advisor.optimizer.operating import PLANNED, meets_targets, operating_figure
 
-if TYPE_CHECKING:
-    from advisor.optimizer.optimize import OptimizeResult
+OptimizeResult = Any
+"""advisor.optimizer.optimize.OptimizeResult (not imported: optimize.py imports this module)."""
 
 
 class LossCase(Frozen):
@@ -282,9 +283,10 @@ def _spare_capital(catalog: Catalog, kinds: list[tuple], n: int, racks: int, cos
     return total
 
 
-def optimize_with_spares(workload: Workload, rack: Rack, catalog: Catalog, spares: int, **kw) -> OptimizeResult:
-    """The optimizer's answer with `spares` powered-off spares of each pool in every rack (module docstring)."""
-    from advisor.optimizer.optimize import optimize
+def optimize_with_spares(optimize: Callable[..., OptimizeResult], workload: Workload, rack: Rack, catalog: Catalog,
+                         spares: int, **kw) -> OptimizeResult:
+    """The optimizer's answer with `spares` powered-off spares of each pool in every rack (module docstring).
+    `optimize`: advisor.optimizer.optimize.optimize."""
     from advisor.optimizer.settings import OptimizerSettings
 
     s = kw.get("settings") or OptimizerSettings()

@@ -18,7 +18,8 @@ tried and the best operating figure kept; that answer is then labelled `feasible
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Any
+from collections.abc import Callable
 
 from models.assumptions import ModelAssumptions
 from models.base import Frozen
@@ -29,8 +30,8 @@ from models.pipeline import Evaluation, evaluate
 from models.queueing import mmc_wait_quantile
 from models.workload import CpuStage, Workload
 
-if TYPE_CHECKING:
-    from advisor.optimizer.optimize import OptimizeResult
+OptimizeResult = Any
+"""advisor.optimizer.optimize.OptimizeResult (not imported: optimize.py imports this module)."""
 
 BISECTION_STEPS = 24
 """Halvings of the arrival-rate interval when a tail target binds below the planned load: 2^-24 of the planned rate
@@ -165,12 +166,12 @@ def with_operating(res: OptimizeResult, w: Workload, rack: Rack, catalog: Catalo
     return res.model_copy(update={"operating": fig})
 
 
-def optimize_operating(workload: Workload, rack: Rack, catalog: Catalog, **kw) -> OptimizeResult:
+def optimize_operating(optimize: Callable[..., OptimizeResult], workload: Workload, rack: Rack, catalog: Catalog,
+                       **kw) -> OptimizeResult:
     """Objective max_operating_throughput (module docstring): the max-throughput answer, and when a tail target
-    binds below its planned load, the best operating figure among it and each GPU SKU's own answer."""
+    binds below its planned load, the best operating figure among it and each GPU SKU's own answer. `optimize`:
+    advisor.optimizer.optimize.optimize."""
     import time
-
-    from advisor.optimizer.optimize import optimize
 
     t0 = time.perf_counter()
     kw = {**kw, "objective": "max_throughput"}

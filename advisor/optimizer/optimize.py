@@ -600,13 +600,14 @@ def optimize(
 ) -> OptimizeResult:
     """`spares`: servers of each kind held back (advisor/optimizer/failures.py)."""
     if objective == "max_operating_throughput":  # advisor/optimizer/operating.py
-        return optimize_operating(workload, rack, catalog, layout=layout, racks=racks, backend=backend,
-                                  time_limit_s=time_limit_s, required_tasks_per_hour=required_tasks_per_hour,
+        return optimize_operating(optimize, workload, rack, catalog, layout=layout, racks=racks,
+                                  backend=backend, time_limit_s=time_limit_s,
+                                  required_tasks_per_hour=required_tasks_per_hour,
                                   capital_budget_usd=capital_budget_usd, gpu_ids=gpu_ids, cpu_ids=cpu_ids,
                                   settings=settings, explain=explain, spares=spares)
     if spares > 0:  # advisor/optimizer/failures.py
-        return optimize_with_spares(workload, rack, catalog, spares, layout=layout, racks=racks, backend=backend,
-                                    time_limit_s=time_limit_s, objective=objective,
+        return optimize_with_spares(optimize, workload, rack, catalog, spares, layout=layout, racks=racks,
+                                    backend=backend, time_limit_s=time_limit_s, objective=objective,
                                     required_tasks_per_hour=required_tasks_per_hour,
                                     capital_budget_usd=capital_budget_usd, gpu_ids=gpu_ids, cpu_ids=cpu_ids,
                                     settings=settings, explain=explain)

@@ -45,7 +45,7 @@ def go_no_go(ev: Evaluation, w: Workload, a: ModelAssumptions, headroom: float,
     rate = operating_tasks_per_hour if operating_tasks_per_hour is not None else ev.arrival_rate_tasks_per_hour
     out = [{"metric": "completed tasks/h at the stage's planned arrivals",
             "go": f"≥ {rate:,.0f} with no growing backlog",
-            "basis": "at the planned load every task that arrives completes (the model's operating figure)"}]
+            "basis": "at the planned load every arriving task completes: the model's operating figure"}]
     for q in t.queues:
         out.append({"metric": f"{t.tail_label} wait for a tool core, queue {q.queue}", "go": f"≤ {_s(q.wait_alert_s)}",
                     "basis": "the tool-wait target" if q.wait_target_s else "the wait alert threshold"})
