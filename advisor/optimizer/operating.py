@@ -111,7 +111,10 @@ def meets_targets(config: Configuration, w: Workload, rack: Rack, catalog: Catal
     """Whether open arrivals at this rate run stable, within every tail target."""
     ev = at_rate(config, w, rack, catalog, a, tasks_per_hour)
     checks = tail_checks(ev, w, a)
-    stable = tasks_per_hour < ev.throughput_tasks_per_hour and ev.mean_task_seconds is not None
+    # stable, and live sandboxes (memory, disk) and I/O fit at this load (their loaded figures can exceed the
+    # unloaded bounds inside X: models/pipeline.py warns of it)
+    stable = tasks_per_hour < ev.throughput_tasks_per_hour and ev.mean_task_seconds is not None and all(
+        u <= 1.0 for u in ev.utilization.values())
     return stable and all(c.met for c in checks), checks
 
 
