@@ -224,3 +224,26 @@ def test_max_operating_throughput_when_a_target_binds(cat):
     assert "task time" in a.operating.limited_by
     assert b.operating.operating_tasks_per_hour >= a.operating.operating_tasks_per_hour * (1 - 1e-9)
     assert b.status == "feasible" and "not proven optimal" in b.warnings[-1]
+
+
+def test_prometheus_rules_export_the_same_thresholds(cat):
+    import yaml
+
+    from advisor.export import ExportSettings, plan_for, render
+    from advisor.export.plan import GPU_DEVICES
+
+    w, r = load_workload("swe-agent", cat), load_rack("air-40kw", cat)
+    res = optimize(w, r, cat, explain=False)
+    plan = plan_for(res, w, cat, settings=ExportSettings(gpu_devices={"T": GPU_DEVICES["NVIDIA"]}))
+    rules = {(x["alert"], x["labels"].get("queue")): x for x in
+             yaml.safe_load(render("prometheus", plan).text)["groups"][0]["rules"]}
+    t = plan.thresholds
+    for q in t.queues:
+        qid = plan.queue(q.queue).id
+        assert rules["ToolCallWaitHigh", qid]["expr"].endswith(f"> {q.wait_alert_s:.6g}")
+        assert q.wait_alert_s == w.slo.tool_wait_p95_seconds
+        assert rules["ToolCallsWaitingHigh", qid]["expr"].endswith(f"> {q.waiting_calls_alert}")
+        assert f"> {1 + t.headroom:.6g} * histogram_quantile" in rules["SandboxStartSlow", qid]["expr"]
+    assert f"< {t.gpu.utilization_low_alert:.6g} and" in rules["GpuUnderusedAtPlannedLoad", None]["expr"]
+    assert rules["GpuIdleOnCpuTools", None]["expr"].endswith(f"> {t.gpu.idle_on_cpu_alert:.6g}")
+    assert t.gpu.utilization_low_alert < t.gpu.utilization
