@@ -196,6 +196,17 @@ def check_rack_switch(rack: Rack, cat: Catalog) -> None:
     rack_switch(rack, cat)
 
 
+def check_sku_ids(cat: Catalog, gpu_ids: list[str] | None, cpu_ids: list[str] | None) -> None:
+    """SKU subsets of a request exist in the catalog: an unknown id is an InputError naming the list entry
+    (`("body", "gpu_ids", n)`), with close matches to suggest."""
+    for field, ids, table in (("gpu_ids", gpu_ids, cat.gpus), ("cpu_ids", cpu_ids, cat.cpus)):
+        for n, i in enumerate(ids or []):
+            try:
+                table[i]
+            except UnknownId as e:
+                raise InputError(str(e), loc=("body", field, n), suggestions=e.suggestions) from None
+
+
 @functools.lru_cache(maxsize=1)
 def builtin_catalog() -> Catalog:
     return load_catalog()

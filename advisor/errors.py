@@ -1,19 +1,11 @@
-"""User-facing errors: a message that names the file, entry and field, never a traceback."""
+"""User-facing errors: a message that names the file, entry and field, never a traceback. The error type itself
+lives in models.errors (the domain raises it); this module re-exports it beside the validation formatter."""
 
 from pydantic import ValidationError
 
+from models.errors import InputError
 
-class InputError(Exception):
-    """Bad input the user can fix; the message says where and what. `loc`, when known, is the path of the field at
-    fault in the request (the HTTP API reports it); `suggestions` are close matches for an unknown id."""
-
-    def __init__(self, message: str, loc: tuple | list | None = None, suggestions: list[str] | None = None):
-        super().__init__(message)
-        self.loc = tuple(loc) if loc is not None else None
-        self.suggestions = suggestions
-
-    def __reduce__(self):  # crosses the API's worker processes with its loc and suggestions
-        return (type(self), (self.args[0] if self.args else "", self.loc, self.suggestions))
+__all__ = ["InputError", "describe_validation"]
 
 
 def describe_validation(err: ValidationError, where: str, prefix: str = "") -> str:

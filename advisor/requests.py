@@ -5,14 +5,14 @@ its input into one of these and hands it to the service."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from advisor.export import ExportSettings
 from advisor.optimizer.optimize import Objective
 from advisor.optimizer.options import Layout
-from advisor.report.html import MAX_RACKS
 from models.assumptions import ModelAssumptions
 from models.base import BoundedNumbers
 from models.config import Configuration
@@ -20,6 +20,11 @@ from models.config import Configuration
 
 MAX_SPARES = 100
 """Upper bound of `spares` (every request number is bounded); spares are capped at the servers of each kind anyway."""
+MAX_RACKS = 1000
+"""Largest row a solve request may ask for: a data hall of 1,000 racks (the row bench/bench_optimizer.py proves;
+a row is solved as rack patterns, so its solve time is bounded by the time limit, not by this)."""
+MAX_REPORT_RACKS = 64
+"""Largest row a report may draw (the report draws one elevation and one bill-of-materials block per rack)."""
 
 
 class _Request(BoundedNumbers):
@@ -49,6 +54,8 @@ class _SolveRequest(_Request):
     solver: Literal["cbc", "ortools"] = "cbc"
     time_limit_s: float | None = Field(default=None, gt=0)
     """Solver time limit in seconds (capped by the server's time_limit_cap_s; omitted: the cap)."""
+    mip_gap: float | None = Field(default=None, ge=0, le=0.5)
+    """Relative MIP gap at which the solver stops (omitted: the optimizer's default, OptimizerSettings.mip_gap)."""
     gpu_ids: list[str] | None = None
     """Only these GPU SKUs."""
     cpu_ids: list[str] | None = None
@@ -124,3 +131,51 @@ class ExportRequest(_Request):
     assumptions: ModelAssumptions | None = None
     settings: ExportSettings | None = None
     """Export choices (name prefix, label domain, reserved cores, GPU device table, Prometheus windows)."""
+
+
+class ReportRequest(_Request):
+    """What to report on: a workload and rack (catalog id or inline object), one layout or the best of A/B/hybrid."""
+
+    workload: str | dict[str, Any]
+    """Workload preset id, or an inline workload object (served_model may be a catalog id)."""
+    rack: str | dict[str, Any]
+    """Rack profile id, or an inline rack object."""
+    racks: int = Field(default=1, ge=1, le=MAX_REPORT_RACKS)
+    """Racks in the row, each with the profile's budgets."""
+    layout: Layout | None = None
+    """Recommend this layout; omitted (or `compare: true`): the best of A, B and hybrid."""
+    compare: bool = False
+    """Recommend the best of A, B and hybrid (the default when no layout is given)."""
+    solver: Literal["cbc", "ortools"] = "cbc"
+    time_limit_s: float = Field(default=30.0, gt=0)
+    """Solver time limit per layout."""
+    gpu_ids: list[str] | None = None
+    """Only these GPU SKUs."""
+    cpu_ids: list[str] | None = None
+    """Only these CPU SKUs."""
+    sensitivity: bool = True
+    """Draw the sensitivity sweeps (the costly part of a report)."""
+    power_factors: list[float] = Field(default=[0.5, 0.75, 1.0, 1.25, 1.5], min_length=2, max_length=9)
+    """Rack power budget sweep, as multiples of the rack profile's power_kw."""
+    tool_factors: list[float] = Field(default=[0.25, 0.5, 1.0, 2.0, 4.0], min_length=2, max_length=9)
+    """Tool-time sweep: every CPU stage's core_seconds multiplied by these factors."""
+    sweep_time_limit_s: float = Field(default=5.0, gt=0)
+    """Solver time limit per sweep point and layout."""
+    sweep_budget_s: float = Field(default=20.0, gt=0)
+    """Wall-clock budget for both sweeps together (half each); points left when it runs out are marked skipped."""
+    alert_headroom: float = Field(default=0.5, gt=0, lt=1)
+    """Alert thresholds sit this far from the model's operating-point value towards the metric's limit
+    (0.5: halfway between the expected utilization and saturation)."""
+
+    @field_validator("power_factors", "tool_factors")
+    @classmethod
+    def _positive(cls, v: list[float]) -> list[float]:
+        if any(not (f > 0 and math.isfinite(f)) for f in v):
+            raise ValueError("factors must be positive numbers")
+        return sorted(set(v))
+
+    @model_validator(mode="after")
+    def _one(self) -> ReportRequest:
+        if self.layout is not None and self.compare:
+            raise ValueError("give layout or compare, not both")
+        return self

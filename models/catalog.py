@@ -5,20 +5,21 @@ from typing import Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
+from models.errors import InputError
 from models.hardware import Chassis, CpuSku, GpuSku, Rack, RackSystem, Switch
 from models.workload import ServedModel, Workload
 
 T = TypeVar("T")
 
 
-class UnknownId(KeyError):
-    """An id that is not in the catalog, with close matches to suggest."""
+class UnknownId(InputError, KeyError):
+    """An id that is not in the catalog, with close matches to suggest (an input error; a KeyError too, for lookups)."""
 
     def __init__(self, kind: str, key: str, known: list[str]):
         self.kind, self.key = kind, key
         self.suggestions = difflib.get_close_matches(key, known, n=3, cutoff=0.5)
         hint = f"; did you mean {', '.join(self.suggestions)}?" if self.suggestions else ""
-        super().__init__(f"unknown {kind} id {key!r}{hint}")
+        super().__init__(f"unknown {kind} id {key!r}{hint}", suggestions=self.suggestions)
 
     def __str__(self) -> str:
         return self.args[0]
@@ -30,8 +31,8 @@ class UnknownId(KeyError):
 
 def _rebuild_unknown_id(kind: str, key: str, suggestions: list[str], message: str) -> UnknownId:
     e = UnknownId.__new__(UnknownId)
-    KeyError.__init__(e, message)
-    e.kind, e.key, e.suggestions = kind, key, suggestions
+    InputError.__init__(e, message, suggestions=suggestions)
+    e.kind, e.key = kind, key
     return e
 
 
@@ -43,7 +44,7 @@ class Table(Generic[T]):
         self.entries: dict[str, T] = {}
         for e in entries:
             if e.id in self.entries:  # type: ignore[attr-defined]
-                raise ValueError(f"duplicate {kind} id {e.id!r}")  # type: ignore[attr-defined]
+                raise InputError(f"duplicate {kind} id {e.id!r}")  # type: ignore[attr-defined]
             self.entries[e.id] = e  # type: ignore[attr-defined]
 
     def __getitem__(self, key: str) -> T:
@@ -84,9 +85,9 @@ class Catalog(BaseModel):
         trays = {c.id: c for c in chassis}
         for s in systems:
             if s.compute_tray not in trays:
-                raise ValueError(f"system {s.id!r}: compute_tray: {UnknownId('chassis', s.compute_tray, list(trays))}")
+                raise InputError(f"system {s.id!r}: compute_tray: {UnknownId('chassis', s.compute_tray, list(trays))}")
             if s.id in trays:
-                raise ValueError(f"system {s.id!r}: id is also a chassis id")
+                raise InputError(f"system {s.id!r}: id is also a chassis id")
         chassis += [s.as_chassis(trays[s.compute_tray]) for s in systems]
         return cls(
             cpus=Table("cpu", list(cpus)),

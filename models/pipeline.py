@@ -42,6 +42,7 @@ from models.rack_physics import (FeedLoad, check_server_ports, feed_loads, plann
 from models.server import ServerProfile, server_profile
 from models.tco import ServerUse, Tco, tco
 from models.workload import CpuStage, GpuStage, IoStage, Workload
+from models.errors import InputError
 
 HOUR_S = 3600.0
 LABEL_TOLERANCE = 1e-6
@@ -281,11 +282,11 @@ def _queues(config: Configuration, workload: Workload) -> list[Queue]:
     for i, q in enumerate(config.queues):
         for c in q.classes:
             if c not in known:
-                raise ValueError(f"queues[{i}] names class {c!r}, which the workload does not have")
+                raise InputError(f"queues[{i}] names class {c!r}, which the workload does not have")
         listed.update(q.classes)
     for c in workload.classes:
         if needs_queue(c) and c.name not in listed:
-            raise ValueError(f"class {c.name!r} has tool or io stages or sandboxes but no queue serves it")
+            raise InputError(f"class {c.name!r} has tool or io stages or sandboxes but no queue serves it")
     return list(config.queues)
 
 
@@ -305,26 +306,26 @@ def resolve_groups(
         try:
             chassis = catalog.chassis[g.chassis]
         except UnknownId as e:
-            raise ValueError(f"{where}.chassis: {e}") from None
+            raise InputError(f"{where}.chassis: {e}") from None
         if chassis.part_of_system is not None:
-            raise ValueError(f"{where}.chassis: {chassis.id} is a compute tray of the rack-scale system "
+            raise InputError(f"{where}.chassis: {chassis.id} is a compute tray of the rack-scale system "
                              f"{chassis.part_of_system} and is placed only as part of it; give chassis "
                              f"{chassis.part_of_system} (the whole system) instead")
         try:
             cpu = catalog.cpus[g.cpu]
         except UnknownId as e:
-            raise ValueError(f"{where}.cpu: {e}") from None
+            raise InputError(f"{where}.cpu: {e}") from None
         try:
             gpu = catalog.gpus[g.gpu] if g.gpu else None
         except UnknownId as e:
-            raise ValueError(f"{where}.gpu: {e}") from None
+            raise InputError(f"{where}.gpu: {e}") from None
         if not chassis.accepts_cpu(cpu):
-            raise ValueError(f"{where}: chassis {chassis.id} does not take CPU {cpu.id} (platform {cpu.platform})")
+            raise InputError(f"{where}: chassis {chassis.id} does not take CPU {cpu.id} (platform {cpu.platform})")
         if gpu is not None:
             if not chassis.accepts_gpu(gpu):
-                raise ValueError(f"{where}: chassis {chassis.id} does not take GPU {gpu.id}")
+                raise InputError(f"{where}: chassis {chassis.id} does not take GPU {gpu.id}")
             if g.gpus_per_server not in chassis.gpu_counts:
-                raise ValueError(
+                raise InputError(
                     f"{where}.gpus_per_server: {g.gpus_per_server} not in chassis {chassis.id} options {chassis.gpu_counts}"
                 )
             domain = replica_domain(g.gpus_per_server, chassis.scale_up_domain_gpus)
@@ -332,7 +333,7 @@ def resolve_groups(
             if skey not in servings:
                 servings[skey] = cached_gpu_serving(workload, gpu, domain, assumptions.tensor_parallel_domain_gpus)
         elif chassis.role == "gpu":
-            raise ValueError(f"{where}: chassis {chassis.id} is a GPU server; give gpu and gpus_per_server")
+            raise InputError(f"{where}: chassis {chassis.id} is a GPU server; give gpu and gpus_per_server")
         try:
             if rack is not None:
                 check_server_ports(chassis, rack, switch)
@@ -343,12 +344,12 @@ def resolve_groups(
                 planning_power_fraction(chassis, rack) if rack is not None else 1.0,
             )
         except ValueError as e:
-            raise ValueError(f"{where}: {e}") from None
+            raise InputError(f"{where}: {e}") from None
         if chassis.rack_scale_system and rack is not None:
             short = rack.shortfalls(prof.power_w, prof.air_heat_w, prof.liquid_heat_w, prof.space_u,
                                     chassis.weight_kg)
             if short:
-                raise ValueError(f"{where}.chassis: rack-scale system {chassis.id} is placed whole, and rack "
+                raise InputError(f"{where}.chassis: rack-scale system {chassis.id} is placed whole, and rack "
                                  f"profile {rack.id} cannot hold one: " + "; ".join(short))
         if g.queue_cores is None:
             qc = {queues[0].name: prof.tool_cores}
@@ -356,7 +357,7 @@ def resolve_groups(
             qc = dict(g.queue_cores)
             total = sum(qc.values())
             if total > prof.tool_cores + 1e-9:
-                raise ValueError(
+                raise InputError(
                     f"{where}.queue_cores: {total:g} cores per server, but only {prof.tool_cores:g} are left after "
                     "orchestration"
                 )
@@ -566,7 +567,7 @@ def evaluate(
     # gpu and orchestration combine per server; the pair's binding one stands for the serving pool.
     effective = [b for b in bounds if b.kind in ("cpu", "memory", "disk", "io", "slo") or b.name == serving_name]
     if not effective:
-        raise ValueError("the workload has no LLM or tool stages; nothing bounds its throughput")
+        raise InputError("the workload has no LLM or tool stages; nothing bounds its throughput")
     binding = min(effective, key=lambda b: b.tasks_per_hour)
     x_star = binding.tasks_per_hour / HOUR_S
     rest = sorted((b for b in effective if b is not binding), key=lambda b: b.tasks_per_hour)

@@ -10,6 +10,7 @@ import math
 from models.base import Frozen
 from models.catalog import Catalog, UnknownId
 from models.hardware import Chassis, Rack, Switch
+from models.errors import InputError
 
 
 class FeedLoad(Frozen):
@@ -39,12 +40,12 @@ def rack_switch(rack: Rack, catalog: Catalog) -> Switch | None:
     try:
         sw = catalog.switches[rack.tor_switch]
     except UnknownId as e:
-        raise ValueError(f"tor_switch: {e}") from None
+        raise InputError(f"tor_switch: {e}") from None
     if downlinks(rack, sw) <= 0:
-        raise ValueError(f"uplinks_per_switch: {rack.uplinks_per_switch} uplinks leave no server ports on switch "
+        raise InputError(f"uplinks_per_switch: {rack.uplinks_per_switch} uplinks leave no server ports on switch "
                          f"{sw.id} ({sw.ports} ports)")
     if sw.height_u > rack.height_u - rack.reserved_u:
-        raise ValueError(f"tor_switch: switch {sw.id} takes {sw.height_u} U, more than the rack's usable "
+        raise InputError(f"tor_switch: switch {sw.id} takes {sw.height_u} U, more than the rack's usable "
                          f"{rack.height_u - rack.reserved_u} U (height_u {rack.height_u} - reserved_u {rack.reserved_u})")
     return sw
 
@@ -58,7 +59,7 @@ def check_server_ports(chassis: Chassis, rack: Rack, switch: Switch | None) -> N
     per_host = math.ceil(chassis.network_ports / chassis.compute_trays)
     if per_host > d:
         host = "chassis" if chassis.compute_trays == 1 else f"each of the {chassis.compute_trays} trays of"
-        raise ValueError(
+        raise InputError(
             f"{host} {chassis.id} needs {per_host} switch ports (nics), but switch {switch.id} offers "
             f"{d} server ports ({switch.ports} ports - {rack.uplinks_per_switch} uplinks_per_switch of rack {rack.id})")
 

@@ -13,6 +13,7 @@ from models.hardware import Chassis, CpuSku, GpuSku
 from models.performance import GpuServing, call_mix
 from models.tco import CostAssumptions, server_price
 from models.workload import Workload
+from models.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ def server_profile(
     cores = chassis.cpu_sockets * cpu.cores
     orch = orchestration_cores_per_gpu * gpus
     if orch > cores:
-        raise ValueError(
+        raise InputError(
             f"orchestration_cores_per_gpu {orchestration_cores_per_gpu:g} x {gpus} GPUs = {orch:g} cores, "
             f"but the server has {cores}"
         )

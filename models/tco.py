@@ -16,6 +16,7 @@ from pydantic import Field
 
 from models.base import Frozen, Input
 from models.hardware import Chassis, CpuSku, GpuSku
+from models.errors import InputError
 
 HOURS_PER_YEAR = 8760.0
 J_PER_KWH = 3.6e6
@@ -119,7 +120,7 @@ def efficient_first_w(load_units_per_s: float, slices: list[Capacity]) -> float:
         watts += take * c.joules_per_unit
         need -= take
     if need > 1e-9 * max(1.0, load_units_per_s):
-        raise ValueError(f"operating load exceeds the pool's capacity by {need:.6g} units/s")
+        raise InputError(f"operating load exceeds the pool's capacity by {need:.6g} units/s")
     return watts
 
 

@@ -14,6 +14,7 @@ import yaml
 from fastapi.testclient import TestClient
 
 import advisor.api.app as api
+from advisor import service
 from advisor.studies.batch import run_batch
 from advisor.api.settings import ApiSettings
 from advisor.api.store import ReportStore
@@ -118,7 +119,7 @@ def test_no_stack_trace_in_an_internal_error(monkeypatch):
 
     # in a thread, so that the patched function is the one that runs (a worker process imports its own);
     # tests/test_api_workers.py checks the answer when a worker process fails
-    monkeypatch.setattr(api.api_jobs, "evaluate_configuration", boom)
+    monkeypatch.setattr(service, "evaluate_configuration", boom)
     app = api.create_app(ApiSettings(catalog=MINI, database=":memory:", solve_in="thread"))
     with TestClient(app, raise_server_exceptions=False) as c:
         r = c.post("/v1/evaluate", json={"configuration": {"servers": [{"chassis": "cpu1u", "cpu": "cpu-b",

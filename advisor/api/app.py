@@ -41,7 +41,7 @@ from advisor.catalog import builtin_catalog, catalog_refs_only, load_catalog
 from advisor.errors import InputError
 from advisor.optimizer.compare import ChipVsRack, LayoutComparison
 from advisor.optimizer.optimize import OptimizeResult
-from advisor.report.html import ReportRequest
+from advisor.requests import ReportRequest
 from advisor.requests import ChipVsRackRequest, CompareRequest, EvaluateRequest, ExportRequest, OptimizeRequest
 from models.catalog import Catalog, UnknownId
 from models.hardware import Chassis, CpuSku, GpuSku, Rack, RackSystem, Switch
@@ -409,51 +409,81 @@ class GuardMiddleware:
 
 # ------------------------------------------------------------------------------------------------------------- app
 
-def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = None) -> FastAPI:
-    settings = settings or ApiSettings()
-    state: dict[str, Any] = {}
+class AppState:
+    """What the routes share: settings, the catalog (loaded once), and the solve pool and report store that the
+    lifespan opens."""
 
-    def get_catalog() -> Catalog:
-        if catalog is not None:
-            return catalog
-        if "catalog" not in state:
-            state["catalog"] = load_catalog(settings.catalog) if settings.catalog else builtin_catalog()
-        return state["catalog"]
+    def __init__(self, settings: ApiSettings, catalog: Catalog | None):
+        self.settings = settings
+        self._catalog = catalog
+        self._pool: SolvePool | None = None
+        self._store: ReportStore | None = None
+
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            s = self.settings
+            self._catalog = load_catalog(s.catalog) if s.catalog else builtin_catalog()
+        return self._catalog
+
+    @property
+    def pool(self) -> SolvePool:
+        assert self._pool is not None, "the app's lifespan has not started"
+        return self._pool
+
+    @property
+    def store(self) -> ReportStore:
+        assert self._store is not None, "the app's lifespan has not started"
+        return self._store
+
+    def cap(self, t: float | None) -> float:
+        """A request's time limit, capped by the server's."""
+        return min(t, self.settings.time_limit_cap_s) if t else self.settings.time_limit_cap_s
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        get_catalog()
+    async def lifespan(self, app: FastAPI):
+        s = self.settings
+        given = self._catalog
+        self.catalog()
         processes = None
-        if settings.solve_in == "process":
-            processes = WorkerProcesses(settings.workers, settings.catalog, catalog, settings.worker_nice,
-                                        settings.worker_start_timeout_s)
+        if s.solve_in == "process":
+            processes = WorkerProcesses(s.workers, s.catalog, given, s.worker_nice, s.worker_start_timeout_s)
             await anyio.to_thread.run_sync(processes.start)
-        state["pool"] = SolvePool(settings.workers, settings.queue_wait_s, get_catalog, processes)
-        state["store"] = ReportStore(settings.database, settings.report_max_count, settings.report_max_age_days)
+        self._pool = SolvePool(s.workers, s.queue_wait_s, self.catalog, processes)
+        self._store = ReportStore(s.database, s.report_max_count, s.report_max_age_days)
         try:
             yield
         finally:
             if processes is not None:
                 await anyio.to_thread.run_sync(processes.stop)
 
+
+def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = None) -> FastAPI:
+    """The HTTP API: guard middleware, problem-document errors, health and docs, then the /v1 routes (catalog,
+    solve, reports), and an OpenAPI document that describes the key and the error shape."""
+    st = AppState(settings or ApiSettings(), catalog)
     app = FastAPI(
-        title="rack-advisor", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
+        title="rack-advisor", version=__version__, lifespan=st.lifespan, docs_url=None, redoc_url=None,
         description="Fill data-center racks for the most agentic AI tasks per hour: catalog, evaluate, optimize, "
                     "compare layouts A/B/hybrid, and self-contained HTML recommendation reports.",
     )
     json_paths: set[str] = set()
-    app.add_middleware(GuardMiddleware, settings=settings, json_paths=json_paths)
+    app.add_middleware(GuardMiddleware, settings=st.settings, json_paths=json_paths)
+    v1 = APIRouter(prefix="/v1", responses=ERRORS)
+    add_error_handlers(app, v1)
+    add_health_and_docs(app, st)
+    add_catalog_routes(v1, st)
+    add_solve_routes(v1, st)
+    add_report_routes(v1, st)
+    app.include_router(v1)
+    json_paths.update(r.path for r in v1.routes if "POST" in getattr(r, "methods", ()))
+    document_openapi(app, st.settings)
+    return app
 
-    def pool() -> SolvePool:
-        return state["pool"]
 
-    def store() -> ReportStore:
-        return state["store"]
+def add_error_handlers(app: FastAPI, v1: APIRouter) -> None:
+    """Errors in one shape (RFC 9457 problem details), never stack traces, never raw input values. Unhandled
+    exceptions are answered 500 by GuardMiddleware (a problem document; keep-alive stays usable)."""
 
-    def cap(t: float | None) -> float:
-        return min(t, settings.time_limit_cap_s) if t else settings.time_limit_cap_s
-
-    # -- errors: one shape (RFC 9457 problem details), never stack traces, never raw input values
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError):
         if any(e.get("type") == "json_invalid" for e in exc.errors()):
@@ -499,19 +529,21 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
         # Nobody reads this answer (499 is the usual log code for "client closed the request").
         return problem_response(problem(499, "client-closed", "client disconnected before its answer"))
 
-    # unhandled exceptions are answered 500 by GuardMiddleware (a problem document; keep-alive stays usable)
+
+def add_health_and_docs(app: FastAPI, st: AppState) -> None:
+    settings = st.settings
 
     @app.api_route("/healthz", methods=["GET", "HEAD"], response_model=Health, tags=["health"],
                    operation_id="health", description="HEAD answers the same without a body (for load balancers).")
     async def healthz() -> Health:
-        p = state.get("pool")
+        p = st._pool
         return Health(status="ok", version=__version__, workers=settings.workers,
                       busy=p.busy if p else 0, waiting=p.waiting if p else 0,
                       abandoned=p.abandoned if p else 0, cancelled=p.cancelled if p else 0,
                       solve_in=settings.solve_in,
                       workers_replaced=p.processes.replaced if p and p.processes else 0)
 
-    # -- /docs: Swagger UI from the fastapi-offline package's files (no CDN)
+    # /docs: Swagger UI from the fastapi-offline package's files (no CDN)
     app.mount(DOCS_STATIC, StaticFiles(directory=_swagger_assets()), name="docs-static")
 
     @app.get("/docs", include_in_schema=False)
@@ -521,16 +553,17 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
                                    swagger_css_url=f"{DOCS_STATIC}/swagger-ui.css",
                                    swagger_favicon_url=f"{DOCS_STATIC}/favicon.png")
 
-    v1 = APIRouter(prefix="/v1", responses=ERRORS)
 
-    # -- catalog: one typed route pair per kind
-    def add_catalog_routes(kind: str, model: type[BaseModel]) -> None:
+def add_catalog_routes(v1: APIRouter, st: AppState) -> None:
+    """One typed route pair per catalog kind: the list, and one entry by id (404 with close matches)."""
+
+    def add(kind: str, model: type[BaseModel]) -> None:
         async def list_entries() -> list:
-            return list(getattr(get_catalog(), kind))
+            return list(getattr(st.catalog(), kind))
 
         async def get_entry(entry_id: str):
             try:
-                return getattr(get_catalog(), kind)[entry_id]
+                return getattr(st.catalog(), kind)[entry_id]
             except UnknownId as e:
                 return problem_response(problem(404, "unknown-id", str(e), [(["path", "entry_id"], str(e))],
                                                 e.suggestions))
@@ -543,55 +576,69 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
                          responses={404: {"model": Problem, "description": "Unknown id, with close matches."}})
 
     for kind, model in CATALOG_KINDS.items():
-        add_catalog_routes(kind, model)
+        add(kind, model)
+
+
+def add_solve_routes(v1: APIRouter, st: AppState) -> None:
+    """evaluate, optimize, compare, chip-vs-rack and export: each a service-layer call run by the solve pool with
+    the request's time limit capped by the server's."""
 
     @v1.post("/evaluate", response_model=Evaluation, tags=["solve"], operation_id="evaluate")
     async def evaluate_ep(req: EvaluateRequest, request: Request) -> Evaluation:
-        return await pool().run(api_jobs.evaluate_job, req, disconnected=request.is_disconnected)
+        return await st.pool.run(api_jobs.evaluate_job, req, disconnected=request.is_disconnected)
 
     @v1.post("/optimize", response_model=OptimizeResult, tags=["solve"], operation_id="optimize",
              description="Infeasible budgets are answered 200 with status `infeasible` and a diagnosis.")
     async def optimize_ep(req: OptimizeRequest, request: Request) -> OptimizeResult:
-        return await pool().run(api_jobs.optimize_job, req, cap(req.time_limit_s),
-                                disconnected=request.is_disconnected)
+        return await st.pool.run(api_jobs.optimize_job, req, st.cap(req.time_limit_s),
+                                 disconnected=request.is_disconnected)
 
     @v1.post("/compare", response_model=LayoutComparison, tags=["solve"], operation_id="compare")
     async def compare_ep(req: CompareRequest, request: Request) -> LayoutComparison:
-        return await pool().run(api_jobs.compare_job, req, cap(req.time_limit_s),
-                                disconnected=request.is_disconnected)
+        return await st.pool.run(api_jobs.compare_job, req, st.cap(req.time_limit_s),
+                                 disconnected=request.is_disconnected)
 
     @v1.post("/chip-vs-rack", response_model=ChipVsRack, tags=["solve"], operation_id="chipVsRack")
     async def chip_vs_rack_ep(req: ChipVsRackRequest, request: Request) -> ChipVsRack:
-        return await pool().run(api_jobs.chip_vs_rack_job, req, cap(req.time_limit_s),
-                                disconnected=request.is_disconnected)
+        return await st.pool.run(api_jobs.chip_vs_rack_job, req, st.cap(req.time_limit_s),
+                                 disconnected=request.is_disconnected)
 
     @v1.post("/export", tags=["export"], operation_id="export", response_model=ExportOut,
              responses={200: {"content": {"application/yaml": {}, "text/plain": {}},  # multi-document YAML
                               "description": "The artifact: k8s and prometheus as YAML, slurm as a text bundle; "
                                              "with `Accept: application/json`, an ExportOut object that carries it."}})
     async def export_ep(req: ExportRequest, request: Request) -> Response:
-        art = await pool().run(api_jobs.export_job, req, cap(req.time_limit_s), disconnected=request.is_disconnected)
+        art = await st.pool.run(api_jobs.export_job, req, st.cap(req.time_limit_s),
+                                disconnected=request.is_disconnected)
         if _wants_json(request.headers.get("accept", "")):
             return Response(ExportOut(format=req.format, filename=art.filename, media_type=art.media_type,
                                       text=art.text).model_dump_json(), media_type="application/json")
         return PlainTextResponse(art.text, media_type=art.media_type,
                                  headers={"Content-Disposition": f'attachment; filename="{art.filename}"'})
 
+
+def add_report_routes(v1: APIRouter, st: AppState) -> None:
+    """Create (render in the solve pool, store in SQLite), list, fetch as HTML or JSON, and delete reports."""
+    settings = st.settings
+
     def report_urls(rid: str) -> tuple[str, str]:
         base = settings.public_base_url or ""  # never the Host header: relative unless configured
         return f"{base}/v1/reports/{rid}", f"{base}/v1/reports/{rid}.json"
 
+    def not_found(rid: str) -> HTTPException:
+        return HTTPException(404, "no report with this id")
+
     @v1.post("/reports", response_model=ReportCreated, status_code=201, tags=["reports"],
              operation_id="createReport")
     async def create_report(req: ReportRequest, request: Request) -> ReportCreated:
-        req = req.model_copy(update={"time_limit_s": cap(req.time_limit_s),
+        req = req.model_copy(update={"time_limit_s": st.cap(req.time_limit_s),
                                      "sweep_time_limit_s": min(req.sweep_time_limit_s,
                                                                settings.report_sweep_time_limit_s,
                                                                settings.time_limit_cap_s),
                                      "sweep_budget_s": min(req.sweep_budget_s, settings.report_sweep_budget_s)})
 
-        html, data = await pool().run(api_jobs.report_job, req, disconnected=request.is_disconnected)
-        rec = await anyio.to_thread.run_sync(store().put, req.model_dump(mode="json"), data, html)
+        html, data = await st.pool.run(api_jobs.report_job, req, disconnected=request.is_disconnected)
+        rec = await anyio.to_thread.run_sync(st.store.put, req.model_dump(mode="json"), data, html)
         url, json_url = report_urls(rec.id)
         return ReportCreated(id=rec.id, url=url, json_url=json_url, created=rec.created)
 
@@ -599,31 +646,28 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
     async def list_reports(limit: int = Query(default=50, ge=1, le=500, description="Reports per page."),
                            offset: int = Query(default=0, ge=0, le=10**9,
                                                description="Reports to skip (newest first).")) -> ReportPage:
-        total, rows = await anyio.to_thread.run_sync(store().list, limit, offset)
+        total, rows = await anyio.to_thread.run_sync(st.store.list, limit, offset)
         items = [ReportSummary(id=rid, created=created, url=report_urls(rid)[0], json_url=report_urls(rid)[1])
                  for rid, created in rows]
         nxt = offset + len(items)
         return ReportPage(items=items, total=total, limit=limit, offset=offset,
                           next_offset=nxt if nxt < total else None)
 
-    def _not_found(rid: str) -> HTTPException:
-        return HTTPException(404, "no report with this id")
-
     @v1.get("/reports/{report_id}.json", response_model=StoredReportOut, tags=["reports"],
             operation_id="getReportJson", responses={404: {"model": Problem}})
     async def report_json(report_id: str) -> StoredReportOut:
-        rec = await anyio.to_thread.run_sync(store().get, report_id)
+        rec = await anyio.to_thread.run_sync(st.store.get, report_id)
         if rec is None:
-            raise _not_found(report_id)
+            raise not_found(report_id)
         return StoredReportOut(id=rec.id, created=rec.created, request=ReportRequest.model_validate(rec.request),
                                result=rec.result)
 
     @v1.get("/reports/{report_id}", response_class=HTMLResponse, tags=["reports"], operation_id="getReportHtml",
             responses={200: {"content": {"text/html": {"schema": {"type": "string"}}}}, 404: {"model": Problem}})
     async def report_html(report_id: str) -> HTMLResponse:
-        html = await anyio.to_thread.run_sync(store().get_html, report_id)
+        html = await anyio.to_thread.run_sync(st.store.get_html, report_id)
         if html is None:
-            raise _not_found(report_id)
+            raise not_found(report_id)
         return HTMLResponse(html, headers={
             "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:",
             "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"})
@@ -631,14 +675,13 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
     @v1.delete("/reports/{report_id}", status_code=204, tags=["reports"], operation_id="deleteReport",
                response_class=Response, responses={404: {"model": Problem}})
     async def delete_report(report_id: str) -> Response:
-        if not await anyio.to_thread.run_sync(store().delete, report_id):
-            raise _not_found(report_id)
+        if not await anyio.to_thread.run_sync(st.store.delete, report_id):
+            raise not_found(report_id)
         return Response(status_code=204)
 
-    app.include_router(v1)
-    json_paths.update(r.path for r in v1.routes if "POST" in getattr(r, "methods", ()))
 
-    # document the API key in OpenAPI (the middleware enforces it), and errors as problem documents
+def document_openapi(app: FastAPI, settings: ApiSettings) -> None:
+    """Document the API key (the middleware enforces it) and errors as problem documents in OpenAPI."""
     original_openapi = app.openapi
 
     def openapi() -> dict:
@@ -665,7 +708,6 @@ def create_app(settings: ApiSettings | None = None, catalog: Catalog | None = No
         return schema
 
     app.openapi = openapi  # type: ignore[method-assign]
-    return app
 
 
 PROBLEM_TITLES_BY_STATUS = {404: "not found", 405: "method not allowed"}

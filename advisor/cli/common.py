@@ -2,7 +2,8 @@
 --quiet options, progress on stderr, and the checks every command makes of its inputs.
 
 Exit codes, the same for every command: 0 ok; 1 infeasible or over budget (the answer says why); 2 bad input
-(unknown id, invalid file, unwritable output); 3 partial failure (batch: some scenarios failed); 130 interrupted."""
+(unknown id, invalid file, unwritable output); 3 partial failure (batch: some scenarios failed); 70 a bug (main()
+prints the traceback); 130 interrupted."""
 
 from __future__ import annotations
 
@@ -38,17 +39,30 @@ def cli_catalog(path: Path | None = None):
         fail(str(e))
 
 
-def check_sku_ids(cat, gpus: list[str] | None, cpus: list[str] | None) -> None:
-    """Unknown GPU or CPU ids in --gpu / --cpu are bad input (exit 2, with close matches), not an infeasible
-    answer."""
-    from models.catalog import UnknownId
+FLAGS = {"gpu_ids": "--gpu", "cpu_ids": "--cpu", "workload": "--workload", "rack": "--rack", "racks": "--racks",
+         "time_limit_s": "--time-limit", "layout": "--layout", "a": "--gpu/--cpu", "b": "--gpu/--cpu"}
+"""Command-line flag of a request field, to name it in an error."""
 
-    for flag, ids, table in (("--gpu", gpus, cat.gpus), ("--cpu", cpus, cat.cpus)):
-        for i in ids or []:
-            try:
-                table[i]
-            except UnknownId as e:
-                fail(f"{flag}: {e}")
+BUG_EXIT = 70
+"""Exit code of an unexpected error (EX_SOFTWARE in BSD sysexits.h): a bug in rack-advisor, not in the input."""
+
+
+@contextmanager
+def user_errors(what: str = "input") -> Iterator[None]:
+    """The one place the CLI maps the domain's errors: InputError (and a request the front end could not build)
+    is bad input, exit 2, naming the flag when the error knows its field. Anything else is a bug (see main())."""
+    from pydantic import ValidationError
+
+    from advisor.errors import InputError, describe_validation
+
+    try:
+        yield
+    except InputError as e:
+        field = e.loc[1] if e.loc and len(e.loc) > 1 and e.loc[0] == "body" else None
+        flag = FLAGS.get(field) if isinstance(field, str) else None
+        fail(f"{flag}: {e}" if flag and not str(e).startswith(flag) else str(e))
+    except ValidationError as e:
+        fail(describe_validation(e, what))
 
 
 def inline_file_refs(configuration: dict[str, Any], workload: str, rack: str) -> dict[str, Any]:

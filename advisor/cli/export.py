@@ -7,13 +7,18 @@ from pathlib import Path
 
 import typer
 
-from advisor.cli.common import err, fail
+from advisor.cli.common import CATALOG_OPT, err, fail, user_errors
 
 
 class _Format(str, Enum):
     k8s = "k8s"
     slurm = "slurm"
     prometheus = "prometheus"
+
+
+class _Solver(str, Enum):
+    cbc = "cbc"
+    ortools = "ortools"
 
 
 class _Layout(str, Enum):
@@ -33,7 +38,10 @@ def register(app: typer.Typer) -> None:
         racks: int = typer.Option(1, "--racks", min=1, help="Racks in the row (when optimizing)."),
         layout: _Layout = typer.Option(_Layout.hybrid, "--layout", help="Layout to optimize (when optimizing)."),
         time_limit: float = typer.Option(60.0, "--time-limit", min=1, help="Solver seconds (when optimizing)."),
-        catalog_dir: Path | None = typer.Option(None, "--catalog", help="Catalog folder instead of the built-in one."),
+        solver: _Solver = typer.Option(_Solver.cbc, "--solver", help="Solver backend (when optimizing)."),
+        assumptions_file: Path | None = typer.Option(None, "--assumptions", help="YAML of model assumptions "
+                                                        "(models.assumptions.ModelAssumptions) to override."),
+        catalog_dir: Path | None = CATALOG_OPT,
         settings_file: Path | None = typer.Option(None, "--settings", help="YAML of export settings "
                                                      "(advisor.export.ExportSettings) to override."),
         headroom: float = typer.Option(0.5, "--alert-headroom", min=0.01, max=0.99,
@@ -41,38 +49,34 @@ def register(app: typer.Typer) -> None:
         output: Path | None = typer.Option(None, "--output", "-o", help="File to write (default: stdout)."),
     ) -> None:
         """Kubernetes manifests, a Slurm configuration bundle or Prometheus alerting rules for a configuration."""
-        import yaml
-        from pydantic import ValidationError
+        from advisor import service
+        from advisor.catalog import builtin_catalog, load_catalog, load_configuration, read_yaml
+        from advisor.export import ExportSettings
+        from advisor.requests import ExportRequest
+        from models.assumptions import ModelAssumptions
 
-        from advisor.catalog import builtin_catalog, load_catalog, load_configuration, load_rack, load_workload
-        from advisor.errors import InputError, describe_validation
-        from advisor.export import ExportSettings, export
-        from advisor.optimizer.optimize import optimize
-        from advisor.service import resolve_inputs
-
-        try:
+        if config is None and (not workload or not rack):
+            fail("give a configuration file, or --workload and --rack to optimize first")
+        with user_errors("export request"):
             cat = load_catalog(catalog_dir) if catalog_dir else builtin_catalog()
-            settings = ExportSettings()
-            if settings_file:
-                settings = ExportSettings.model_validate(yaml.safe_load(settings_file.read_text()) or {})
-            if config is not None:
-                cfg = load_configuration(config)
-                w, r = resolve_inputs(cfg, workload, rack, cat)
-                source = cfg
-            else:
-                if not workload or not rack:
-                    fail("give a configuration file, or --workload and --rack to optimize first")
-                w, r = load_workload(workload, cat), load_rack(rack, cat)
-                source = optimize(w, r, cat, layout=layout.value, racks=racks, time_limit_s=time_limit, explain=False)
-                err.print(f"optimized layout {layout.value}: {source.status}, "
-                          f"{source.throughput_tasks_per_hour:,.0f} tasks/h", highlight=False)
-            art = export(fmt.value, source, w, cat, rack=r, alert_headroom=headroom, settings=settings)
-        except ValidationError as e:
-            fail(describe_validation(e, "export settings"))
-        except (InputError, ValueError, OSError) as e:
-            fail(str(e))
+        with user_errors(f"--settings {settings_file}"):
+            settings = ExportSettings.model_validate(read_yaml(settings_file) or {}) if settings_file else None
+        with user_errors(f"--assumptions {assumptions_file}"):
+            assumptions = ModelAssumptions.model_validate(read_yaml(assumptions_file) or {}) if assumptions_file else None
+        with user_errors("export request"):
+            req = ExportRequest(format=fmt.value, configuration=load_configuration(config) if config else None,
+                                workload=workload, rack=rack, layout=layout.value, racks=racks, solver=solver.value,
+                                time_limit_s=time_limit, alert_headroom=headroom, assumptions=assumptions,
+                                settings=settings)
+            art, solved = service.export(req, cat)
+        if solved is not None:
+            err.print(f"optimized layout {layout.value}: {solved.status}, "
+                      f"{solved.throughput_tasks_per_hour:,.0f} tasks/h", highlight=False)
         if output:
-            output.write_text(art.text, encoding="utf-8")
+            try:
+                output.write_text(art.text, encoding="utf-8")
+            except OSError as e:
+                fail(f"--output {output}: cannot write ({e.strerror or e})")
             err.print(f"wrote {output} ({art.media_type})", highlight=False)
         else:
             typer.echo(art.text, nl=False)

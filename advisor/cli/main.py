@@ -10,8 +10,20 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from advisor.catalog import check_sku_ids
 from advisor.errors import InputError
-from advisor.cli.common import CATALOG_OPT, QUIET_OPT, check_sku_ids, cli_catalog, err, fail, inline_file_refs, out, progress
+from advisor.cli.common import (
+    BUG_EXIT,
+    CATALOG_OPT,
+    QUIET_OPT,
+    cli_catalog,
+    err,
+    fail,
+    inline_file_refs,
+    out,
+    progress,
+    user_errors,
+)
 from advisor.cli.render import print_evaluation
 from advisor.service import evaluate_configuration
 
@@ -134,28 +146,9 @@ class ObjectiveOpt(str, Enum):
     min_tco_for_throughput = "min_tco_for_throughput"
 
 
-def _inputs(workload: str, rack: str, catalog_dir: Path | None = None, gpus: list[str] | None = None,
-            cpus: list[str] | None = None):
-    from advisor.catalog import load_rack, load_workload
-
-    cat = _catalog(catalog_dir)
-    check_sku_ids(cat, gpus, cpus)
-    try:
-        return cat, load_workload(workload, cat), load_rack(rack, cat)
-    except InputError as e:
-        fail(str(e))
-
-
-def _opt_kwargs(racks, solver, time_limit, objective, required, capital, gpus, cpus, spares=0) -> dict:
-    return dict(racks=racks, backend=solver.value, time_limit_s=time_limit, objective=objective.value,
-                required_tasks_per_hour=required, capital_budget_usd=capital, gpu_ids=gpus or None,
-                cpu_ids=cpus or None, spares=spares)
-
-
-SPARES_OPT = typer.Option(0, "--spares", min=0, help="Servers of each kind held back as spares; the answer states "
-                          "the throughput of the others and with one GPU server, CPU node or power feed lost.")
-
-
+SPARES_OPT = typer.Option(0, "--spares", min=0, help="Spare servers per pool in every rack (powered off; their "
+                          "space, weight and price reserved); the answer states the throughput with one GPU server, "
+                          "CPU node or power feed lost.")
 WORKLOAD_OPT = typer.Option(..., "--workload", "-w", help="Workload preset id or YAML file.")
 RACK_OPT = typer.Option(..., "--rack", "-r", help="Rack profile id or YAML file.")
 
@@ -186,19 +179,19 @@ def optimize_cmd(
     """Choose servers, SKUs, cores per GPU and queues for the most tasks per hour under the rack budgets.
 
     Exit codes: 0 a configuration was found; 1 infeasible (the diagnosis says which budget); 2 bad input."""
-    from advisor.optimizer.optimize import optimize
+    from advisor import service
     from advisor.cli.render import print_optimize
+    from advisor.requests import OptimizeRequest
 
-    from advisor.optimizer.settings import OptimizerSettings
-
-    cat, w, r = _inputs(workload, rack, catalog_dir, gpus, cpus)
-    try:
+    cat = _catalog(catalog_dir)
+    with user_errors("optimize request"):
+        req = OptimizeRequest(workload=workload, rack=rack, racks=racks, layout=layout.value, solver=solver.value,
+                              time_limit_s=time_limit, mip_gap=gap, objective=objective.value,
+                              required_tasks_per_hour=required, capital_budget_usd=capital, gpu_ids=gpus or None,
+                              cpu_ids=cpus or None, spares=spares)
+        check_sku_ids(cat, req.gpu_ids, req.cpu_ids)  # bad input fails before the progress line
         with progress(f"optimizing layout {layout.value} (time limit {time_limit:g} s)", quiet or as_json):
-            res = optimize(w, r, cat, layout=layout.value, settings=OptimizerSettings(mip_gap=gap),
-                           **_opt_kwargs(racks, solver, time_limit, objective, required, capital, gpus, cpus,
-                                         spares))
-    except (InputError, ValueError) as e:
-        fail(str(e))
+            res = service.optimize(req, cat)
     if res.configuration:
         res = res.model_copy(update={"configuration": inline_file_refs(res.configuration, workload, rack)})
     if save_config and res.configuration:
@@ -233,16 +226,17 @@ def compare_cmd(
     """Optimize layouts A (GPU-first), B (balanced) and hybrid, with ratios against A.
 
     Exit codes: 0 at least one layout has a configuration; 1 every layout is infeasible; 2 bad input."""
-    from advisor.optimizer.compare import compare_layouts
+    from advisor import service
     from advisor.cli.render import print_compare
+    from advisor.requests import CompareRequest
 
-    cat, w, r = _inputs(workload, rack, catalog_dir, gpus, cpus)
-    try:
+    cat = _catalog(catalog_dir)
+    with user_errors("compare request"):
+        req = CompareRequest(workload=workload, rack=rack, racks=racks, solver=solver.value, time_limit_s=time_limit,
+                             gpu_ids=gpus or None, cpu_ids=cpus or None, spares=spares)
+        check_sku_ids(cat, req.gpu_ids, req.cpu_ids)  # bad input fails before the progress line
         with progress(f"optimizing layouts a, b and hybrid (time limit {time_limit:g} s each)", quiet or as_json):
-            cmp = compare_layouts(w, r, cat, racks=racks, backend=solver.value, time_limit_s=time_limit,
-                                  gpu_ids=gpus or None, cpu_ids=cpus or None, spares=spares)
-    except (InputError, ValueError) as e:
-        fail(str(e))
+            cmp = service.compare(req, cat)
     cmp = cmp.model_copy(update={"results": [
         x.model_copy(update={"configuration": inline_file_refs(x.configuration, workload, rack)})
         if x.configuration else x for x in cmp.results]})
@@ -268,18 +262,19 @@ def chip_vs_rack_cmd(
     quiet: bool = QUIET_OPT,
 ) -> None:
     """Per-chip ratio against rack-level throughput ratio for two CPU or two GPU SKUs under the same budgets."""
-    from advisor.optimizer.compare import chip_vs_rack
+    from advisor import service
+    from advisor.requests import ChipVsRackRequest
 
     pair, kind = (gpu, "gpu") if gpu else (cpu, "cpu")
     if not pair or len(pair) != 2 or (gpu and cpu):
         fail("give exactly two SKUs with --gpu A --gpu B, or two with --cpu A --cpu B")
-    cat, w, r = _inputs(workload, rack, catalog_dir, gpu, cpu)
-    try:
+    cat = _catalog(catalog_dir)
+    with user_errors("chip-vs-rack request"):
+        req = ChipVsRackRequest(kind=kind, a=pair[0], b=pair[1], workload=workload, rack=rack, layout=layout.value,
+                                racks=racks, solver=solver.value)
+        check_sku_ids(cat, gpu, cpu)  # bad input fails before the progress line
         with progress(f"optimizing layout {layout.value} with each of {pair[0]} and {pair[1]}", quiet or as_json):
-            res = chip_vs_rack(kind, pair[0], pair[1], w, r, cat, layout=layout.value, racks=racks,
-                               backend=solver.value)
-    except (InputError, ValueError, KeyError) as e:
-        fail(str(e))
+            res = service.chip_vs_rack_ratio(req, cat)
     if as_json:
         print(res.model_dump_json(indent=2))
     else:
@@ -313,3 +308,10 @@ def main() -> None:  # console-script entry point
     except KeyboardInterrupt:
         err.print("interrupted")
         sys.exit(130)
+    except Exception:  # noqa: BLE001 - input errors exit 2 inside the commands; what reaches here is a bug
+        import traceback
+
+        traceback.print_exc()
+        err.print(f"internal error: this is a bug in rack-advisor, not in your input; please report it with the "
+                  f"traceback above (exit {BUG_EXIT})", highlight=False, soft_wrap=True)
+        sys.exit(BUG_EXIT)

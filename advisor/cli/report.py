@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from advisor.cli.common import QUIET_OPT, err, fail, out, progress
+from advisor.cli.common import QUIET_OPT, err, fail, out, progress, user_errors
 
 
 class _Layout(str, Enum):
@@ -73,27 +73,20 @@ def register(app: typer.Typer) -> None:
         quiet: bool = QUIET_OPT,
     ) -> None:
         """Write a self-contained HTML recommendation report (open it in any browser; prints on A4/Letter)."""
-        from pydantic import ValidationError
-
+        from advisor import service
         from advisor.catalog import builtin_catalog, load_catalog
-        from advisor.errors import InputError, describe_validation
-        from advisor.report.html import ReportRequest, render_report
+        from advisor.requests import ReportRequest
 
         if layout and compare:
             fail("give --layout or --compare, not both")
-        try:
+        with user_errors("report request"):
             req = ReportRequest(workload=workload, rack=rack, racks=racks, layout=layout.value if layout else None,
                                 compare=compare, solver=solver.value, time_limit_s=time_limit,
                                 sensitivity=not no_sensitivity)
-        except ValidationError as e:
-            fail(describe_validation(e, "report request"))
-        try:
             cat = load_catalog(catalog_dir) if catalog_dir else builtin_catalog()
             what = "rendering the report" + ("" if no_sensitivity else " (optimizing, then the sensitivity sweeps)")
             with progress(what, quiet):
-                html, data = render_report(req, cat)
-        except InputError as e:
-            fail(str(e))
+                html, data = service.report(req, cat)
         try:
             output.write_text(html, encoding="utf-8")
             if json_out:

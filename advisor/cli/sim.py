@@ -74,8 +74,6 @@ def simulate_cmd(
         model = build_model(cfg, w, cat)
     except InputError as e:
         _fail(str(e))
-    except (ValueError, KeyError) as e:
-        _fail(f"configuration {cfg.name!r}: {e}")
     rate = ev.arrival_rate_tasks_per_hour
     mean_t = ev.mean_task_seconds or ev.unloaded_task_seconds
     dur = duration if duration is not None else auto_duration(rate, mean_t)
@@ -84,7 +82,7 @@ def simulate_cmd(
                      memory_limit=not no_memory)
     try:
         res = simulate_model(model, st)
-    except ValueError as e:
+    except InputError as e:
         _fail(str(e))
     cf = {
         "throughput_tasks_per_hour": ev.closed_loop.throughput_tasks_per_hour if (agents and ev.closed_loop)
@@ -154,8 +152,6 @@ def fit_cmd(
         read = read_traces(traces)
     except InputError as e:
         _fail(str(e))
-    except KeyError as e:
-        _fail(str(e))
     shares = stage_shares(read, seed=seed)
     if as_json:
         print(json.dumps({"stage_shares": shares, "bad_rows": [{"at": a, "reason": b} for a, b in read.bad]},
@@ -207,8 +203,6 @@ def gen_traces_cmd(
         g = cat.gpus[gpu or (w.served_model.calibrations[0].gpu if w.served_model.calibrations else "h100-sxm")]
         c = cat.cpus[cpu]
     except InputError as e:
-        _fail(str(e))
-    except KeyError as e:
         _fail(str(e))
     spans = generate_spans(w, tasks, seed, g, c)
     write_spans(spans, output)

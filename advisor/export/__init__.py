@@ -20,6 +20,7 @@ from models.config import Configuration
 from models.hardware import Rack
 from models.pipeline import evaluate
 from models.workload import Workload
+from models.errors import InputError
 
 Format = Literal["k8s", "slurm", "prometheus"]
 FORMATS: tuple[str, ...] = ("k8s", "slurm", "prometheus")
@@ -49,12 +50,12 @@ def plan_for(source: OptimizeResult | Configuration, workload: Workload, catalog
     a = assumptions or ModelAssumptions()
     if isinstance(source, OptimizeResult):
         if not source.configuration or source.evaluation is None:
-            raise ValueError(f"nothing to export: the optimizer found no configuration ({source.status}: "
+            raise InputError(f"nothing to export: the optimizer found no configuration ({source.status}: "
                              f"{source.message})")
         config, ev = Configuration.model_validate(source.configuration), source.evaluation
     else:
         if rack is None:
-            raise ValueError("exporting a configuration needs its rack profile")
+            raise InputError("exporting a configuration needs its rack profile")
         config, ev = source, evaluate(source, workload, rack, catalog, a)
     return build_plan(config, ev, workload, catalog, a, alert_headroom, settings)
 
@@ -63,7 +64,7 @@ def render(fmt: str, plan: Plan) -> Artifact:
     try:
         filename, media, fn = _KINDS[fmt]
     except KeyError:
-        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}") from None
+        raise InputError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}") from None
     return Artifact(format=fmt, filename=filename, media_type=media, text=fn(plan))
 
 
@@ -72,7 +73,7 @@ def export(fmt: str, source: OptimizeResult | Configuration, workload: Workload,
            alert_headroom: float = DEFAULT_ALERT_HEADROOM, settings: ExportSettings | None = None) -> Artifact:
     """One artifact for an optimize result or a configuration. Raises ValueError for input it cannot export."""
     if fmt not in _KINDS:
-        raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        raise InputError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
     return render(fmt, plan_for(source, workload, catalog, rack, assumptions, alert_headroom, settings))
 
 

@@ -17,6 +17,7 @@ import yaml
 
 from advisor.export.names import dns_label
 from advisor.export.plan import MIB_PER_GIB, GroupPlan, Plan, QueuePlan
+from models.errors import InputError
 
 KUBELET_API = "kubelet.config.k8s.io/v1beta1"
 NODE_SELECTOR_ANNOTATION = "scheduler.alpha.kubernetes.io/node-selector"
@@ -124,7 +125,7 @@ def kubelet_config(plan: Plan, g: GroupPlan) -> str:
     if g.role == "gpu":
         k = s.system_reserved_cores
         if g.orchestration_cores_whole + k > g.cores:
-            raise ValueError(f"server group {g.id}: {g.orchestration_cores_whole} orchestration + {k} reserved cores "
+            raise InputError(f"server group {g.id}: {g.orchestration_cores_whole} orchestration + {k} reserved cores "
                              f"exceed its {g.cores} cores")
         # Linux numbers the first hardware thread of every core first and SMT siblings after (cpu c and c + cores).
         ids = [c + t * g.cores for t in range(g.threads_per_core) for c in range(k)]

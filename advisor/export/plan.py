@@ -28,6 +28,7 @@ from models.catalog import Catalog
 from models.config import Configuration
 from models.pipeline import Evaluation, resolve_groups
 from models.workload import CpuStage, Workload
+from models.errors import InputError
 
 MIB_PER_GIB = 1024
 """Catalog memory figures are GiB (DIMM capacities are binary); Slurm wants MiB, Kubernetes gets Mi."""
@@ -89,13 +90,13 @@ class ExportSettings(Input):
         try:
             return self.gpu_devices[vendor or ""]
         except KeyError:
-            raise ValueError(f"no device plugin / device files known for GPU vendor {vendor!r} (known: "
+            raise InputError(f"no device plugin / device files known for GPU vendor {vendor!r} (known: "
                              f"{', '.join(self.gpu_devices)}; add it to the export settings' gpu_devices)") from None
 
     @model_validator(mode="after")
     def _order(self) -> ExportSettings:
         if self.inference_priority <= self.tool_queue_priority:
-            raise ValueError("inference_priority must be above tool_queue_priority")
+            raise InputError("inference_priority must be above tool_queue_priority")
         return self
 
 
@@ -196,7 +197,7 @@ def build_plan(config: Configuration, ev: Evaluation, workload: Workload, catalo
         # whole cores for the queues: what the optimizer gave them, rounded down in total, within the server
         whole = _apportion(qc, min(p.cores - orch_whole, math.floor(sum(qc.values()) + 1e-9))) if qc else {}
         if sum(whole.values()) + orch_whole > p.cores:
-            raise ValueError(f"servers[{g.index}]: whole-core plan exceeds {p.cores} cores")
+            raise InputError(f"servers[{g.index}]: whole-core plan exceeds {p.cores} cores")
         gplans.append(GroupPlan(
             index=g.index, id=dns_label(f"g{g.index}-{p.chassis.id}", QUEUE_ID_MAX),
             role="gpu" if p.gpu is not None else "cpu", chassis=p.chassis.id, cpu=p.cpu.id,
@@ -212,7 +213,7 @@ def build_plan(config: Configuration, ev: Evaluation, workload: Workload, catalo
     for qf in ev.queues:
         qid = dns_label(qf.name, QUEUE_ID_MAX)
         if qid in ids:
-            raise ValueError(f"queue names {qf.name!r} and another sanitize to the same id {qid!r}")
+            raise InputError(f"queue names {qf.name!r} and another sanitize to the same id {qid!r}")
         ids.add(qid)
         cls = [classes[c] for c in qf.classes]
         u_mem = ev.utilization.get(f"memory:{qf.name}")

@@ -31,6 +31,7 @@ from models.hardware import Rack, Switch
 from models.rack_physics import downlinks
 from models.performance import GpuServing, cpu_call_seconds, stage_gpu_latency_s
 from models.workload import CpuStage, DelayStage, GpuStage, IoStage, Workload
+from models.errors import InputError
 
 HOUR_S = 3600.0
 
@@ -196,7 +197,7 @@ def add_capital(m: LinearModel, p: Problem, n) -> None:
         return
     missing = sorted({p.options[i].key for (_, i) in n if p.options[i].profile.price_usd is None})
     if missing:
-        raise ValueError(f"a capital budget needs prices; no price for {', '.join(missing[:3])}")
+        raise InputError(f"a capital budget needs prices; no price for {', '.join(missing[:3])}")
     m.add("capital", "capital", {v: p.options[i].profile.price_usd for (_, i), v in n.items()}, "<=",
           p.capital_budget_usd)
 

@@ -28,6 +28,7 @@ from models.tco import (
 )
 from models.performance import call_mix
 from models.workload import GpuStage
+from models.errors import InputError
 
 TCO_OBJECTIVES = ("min_cost_per_task", "min_tco_for_throughput")
 OPERATING_RATE = "L_op"
@@ -66,7 +67,7 @@ def add_tco(m: LinearModel, b: Built, p: Problem, costs: CostAssumptions, load_f
     for (_, i), v in b.n.items():
         pr = p.options[i].profile
         if pr.price_usd is None:
-            raise ValueError(f"a cost objective needs prices; server {p.options[i].key} has none")
+            raise InputError(f"a cost objective needs prices; server {p.options[i].key} has none")
         count.setdefault(i, []).append(v)
         cost[v] = capital_usd_per_hour(pr.price_usd, costs) + idle_draw_w(pr.chassis, pr.cpu, pr.gpu, pr.gpus,
                                                                           costs) * usd_w

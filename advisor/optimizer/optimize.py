@@ -27,6 +27,7 @@ from models.rack_physics import rack_switch
 from models.tco import Tco
 from models.performance import cpu_call_seconds, stage_gpu_latency_s
 from models.workload import CpuStage, DelayStage, GpuStage, Workload
+from models.errors import InputError
 
 Objective = Literal["max_throughput", "max_operating_throughput", "min_cost", "min_power", "min_cost_per_task",
                     "min_tco_for_throughput"]
@@ -375,10 +376,10 @@ def _solve_stages(b: Built, p: Problem, layout: Layout, objective: Objective, ba
                          p.workload.planned_load(s.assumptions.operating_load_fraction),
                          s.mip_gap, clock.left, s.dinkelbach_iterations, p.operating_tasks_per_hour)
     if p.required_tasks_per_hour is None:
-        raise ValueError(f"objective {objective} needs required_tasks_per_hour")
+        raise InputError(f"objective {objective} needs required_tasks_per_hour")
     first = cost_terms(b, p) if objective == "min_cost" else power_terms(b, p)
     if objective == "min_cost" and not any(first.values()):
-        raise ValueError("min_cost needs prices; the candidate servers have none")
+        raise InputError("min_cost needs prices; the candidate servers have none")
     # Least cost (power); then the most throughput those servers give; then the option ranks.
     sol, m = _lexicographic(model, b, backend, s, clock, hint, [
         (objective, first, False), ("throughput", {b.x: 1.0}, True), ("rank", rank_objective(b), False)])
@@ -626,7 +627,7 @@ def optimize(
         for v in servings.values():
             if v.gpu_id not in largest or v.domain_gpus > largest[v.gpu_id].domain_gpus:
                 largest[v.gpu_id] = v
-        raise ValueError(f"served_model {workload.served_model.id}: no candidate GPU server can hold one replica: "
+        raise InputError(f"served_model {workload.served_model.id}: no candidate GPU server can hold one replica: "
                          + "; ".join(largest[g].reason for g in sorted(largest)))
     servings = {k: v for k, v in servings.items() if v.fits}
     options, servings = drop_twin_skus(options, servings)
@@ -634,13 +635,13 @@ def optimize(
     misfits = system_misfits(catalog, workload, rack, gpu_ids, cpu_ids)
     has_llm = any(isinstance(st, GpuStage) for c in workload.classes for st in c.stages)
     if misfits and not any(o.profile.gpus for o in options) and (has_llm or not options):
-        raise ValueError("no candidate GPU server fits an empty rack: " + "; ".join(misfits))
+        raise InputError("no candidate GPU server fits an empty rack: " + "; ".join(misfits))
     if gpu_ids is not None:  # the user asked for these GPUs: say why a system of them is not a candidate
         warnings_pre += [m + " (left out of the candidates)" for m in misfits]
     operating_tasks_per_hour = None
     if objective == "min_tco_for_throughput":
         if required_tasks_per_hour is None:
-            raise ValueError("objective min_tco_for_throughput needs required_tasks_per_hour (the tasks/h to serve)")
+            raise InputError("objective min_tco_for_throughput needs required_tasks_per_hour (the tasks/h to serve)")
         # Serve R tasks/h at the planned load fraction f: sustainable throughput at least R / f.
         operating_tasks_per_hour = required_tasks_per_hour
         required_tasks_per_hour = required_tasks_per_hour / workload.planned_load(s.assumptions.operating_load_fraction)
@@ -650,7 +651,7 @@ def optimize(
             warnings_pre.append(f"{len(options) - len(priced)} candidate servers without a known price were left "
                                 "out (a capital budget or a cost objective needs prices)")
         if not priced:
-            raise ValueError("a capital budget needs server prices, and no candidate server has a complete price "
+            raise InputError("a capital budget needs server prices, and no candidate server has a complete price "
                              "(chassis + CPUs + GPUs); add price_usd to the catalog entries you consider")
         options = priced
     # Without sandbox memory in play only capacity matters, so a smaller Pareto set of servers is exact.

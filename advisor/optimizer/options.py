@@ -12,6 +12,7 @@ from models.rack_physics import check_server_ports, planning_power_fraction, rac
 from models.server import ServerProfile, server_profile
 from models.tco import CostAssumptions, cpu_joules_per_reference_core_s, gpu_joules_per_task, idle_draw_w
 from models.workload import Workload
+from models.errors import InputError
 
 
 
@@ -213,7 +214,7 @@ def enumerate_options(
         if cpus and gpus:
             try:
                 check_server_ports(ch, rack, switch)
-            except ValueError as e:
+            except InputError as e:
                 port_errors.append(str(e))
                 continue
         for cpu in cpus:
@@ -247,7 +248,7 @@ def enumerate_options(
                         weight_kg=ch.weight_kg if rack.max_weight_kg is not None else 0.0,
                         network_ports=ch.network_ports if switch is not None else 0))
     if not options and port_errors:
-        raise ValueError(f"rack {rack.id}: no candidate server fits its top-of-rack switch: {port_errors[0]}")
+        raise InputError(f"rack {rack.id}: no candidate server fits its top-of-rack switch: {port_errors[0]}")
     if prune:
         options = prune_dominated(options)
     return options, servings

@@ -10,15 +10,16 @@ import io
 import math
 import re
 import time
+from dataclasses import dataclass
 from datetime import datetime, UTC
 from importlib import resources
 from typing import Any, Literal
 
 import jinja2
 from markupsafe import Markup
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel
 
-from advisor.catalog import builtin_catalog, load_rack, load_workload
+from advisor.catalog import builtin_catalog, check_sku_ids, load_rack, load_workload
 from advisor.layouts import LAYOUT_COLORS, LAYOUT_NAMES, LAYOUTS, Outcome, best_layout, tied_layouts
 from advisor.optimizer.compare import ChipVsRack, LayoutComparison, chip_vs_rack, compare_layouts
 from advisor.errors import InputError
@@ -26,11 +27,10 @@ from advisor.operations import operating_thresholds
 from advisor.report.decisions import failure_rows, go_no_go, operating_glance
 from advisor.optimizer.groups import BUDGET_GROUPS
 from advisor.optimizer.optimize import OptimizeResult, optimize
-from advisor.optimizer.options import Layout
 from advisor.optimizer.settings import OptimizerSettings
 from models.assumptions import ModelAssumptions
-from models.base import BoundedNumbers
-from models.catalog import Catalog, UnknownId
+from advisor.requests import ReportRequest
+from models.catalog import Catalog
 from models.config import Configuration
 from models.hardware import Rack
 from models.performance import gpu_serving
@@ -39,61 +39,9 @@ from models.tco import server_price as tco_server_price
 from models.pipeline import Evaluation, evaluate
 from models.workload import CpuStage, Workload
 
-MAX_RACKS = 64
-"""Largest row a request may ask for (solve time grows with it)."""
 ROLE_COLORS = {"gpu": "#7a5195", "cpu": "#2a9d8f", "reserved": "#8d99ae"}
 RESOURCE_COLORS = {"gpu": "#7a5195", "cpu": "#2a9d8f", "cpu_wait": "#e9c46a", "delay": "#b0b7c3"}
 SECTIONS = ("glance", "bom", "time", "layouts", "why", "operate", "sources")
-
-
-class ReportRequest(BoundedNumbers):
-    """What to report on: a workload and rack (catalog id or inline object), one layout or the best of A/B/hybrid."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, strict=True, allow_inf_nan=False)
-
-    workload: str | dict[str, Any]
-    """Workload preset id, or an inline workload object (served_model may be a catalog id)."""
-    rack: str | dict[str, Any]
-    """Rack profile id, or an inline rack object."""
-    racks: int = Field(default=1, ge=1, le=MAX_RACKS)
-    """Racks in the row, each with the profile's budgets."""
-    layout: Layout | None = None
-    """Recommend this layout; omitted (or `compare: true`): the best of A, B and hybrid."""
-    compare: bool = False
-    """Recommend the best of A, B and hybrid (the default when no layout is given)."""
-    solver: Literal["cbc", "ortools"] = "cbc"
-    time_limit_s: float = Field(default=30.0, gt=0)
-    """Solver time limit per layout."""
-    gpu_ids: list[str] | None = None
-    """Only these GPU SKUs."""
-    cpu_ids: list[str] | None = None
-    """Only these CPU SKUs."""
-    sensitivity: bool = True
-    """Draw the sensitivity sweeps (the costly part of a report)."""
-    power_factors: list[float] = Field(default=[0.5, 0.75, 1.0, 1.25, 1.5], min_length=2, max_length=9)
-    """Rack power budget sweep, as multiples of the rack profile's power_kw."""
-    tool_factors: list[float] = Field(default=[0.25, 0.5, 1.0, 2.0, 4.0], min_length=2, max_length=9)
-    """Tool-time sweep: every CPU stage's core_seconds multiplied by these factors."""
-    sweep_time_limit_s: float = Field(default=5.0, gt=0)
-    """Solver time limit per sweep point and layout."""
-    sweep_budget_s: float = Field(default=20.0, gt=0)
-    """Wall-clock budget for both sweeps together (half each); points left when it runs out are marked skipped."""
-    alert_headroom: float = Field(default=0.5, gt=0, lt=1)
-    """Alert thresholds sit this far from the model's operating-point value towards the metric's limit
-    (0.5: halfway between the expected utilization and saturation)."""
-
-    @field_validator("power_factors", "tool_factors")
-    @classmethod
-    def _positive(cls, v: list[float]) -> list[float]:
-        if any(not (f > 0 and math.isfinite(f)) for f in v):
-            raise ValueError("factors must be positive numbers")
-        return sorted(set(v))
-
-    @model_validator(mode="after")
-    def _one(self) -> ReportRequest:
-        if self.layout is not None and self.compare:
-            raise ValueError("give layout or compare, not both")
-        return self
 
 
 # ----------------------------------------------------------------------------------------------------------- helpers
@@ -562,7 +510,7 @@ def chip_pair(cmp: LayoutComparison, chosen: OptimizeResult, w: Workload, rack: 
             continue
         try:
             per_chip[g.id] = gpu_serving(w, g).tasks_per_s_per_gpu()
-        except (ValueError, ZeroDivisionError):
+        except InputError:  # a GPU that cannot serve the model is no alternative
             continue
     if g0 not in per_chip:
         return None
@@ -671,13 +619,13 @@ def export_links(res: OptimizeResult, w: Workload, cat: Catalog, assumptions: Mo
         return []
     try:
         plan = plan_for(res, w, cat, assumptions=assumptions, alert_headroom=headroom)
-    except ValueError as e:
+    except InputError as e:
         return [{"format": f, "filename": None, "href": None, "bytes": 0, "error": str(e)} for f in FORMATS]
     out = []
     for f in FORMATS:
         try:
             art = render(f, plan)
-        except ValueError as e:
+        except InputError as e:
             out.append({"format": f, "filename": None, "href": None, "bytes": 0, "error": str(e)})
             continue
         data = art.text.encode("utf-8")
@@ -770,7 +718,7 @@ def pilot_plan(res: OptimizeResult, w: Workload, rack: Rack, cat: Catalog, racks
             item.update(expected_tasks_per_hour=ev.throughput_tasks_per_hour, bottleneck=ev.bottleneck,
                         gpu_utilization=ev.utilization.get("gpu"),
                         go_no_go=go_no_go(ev, w, assumptions, headroom))
-        except (ValueError, KeyError) as e:
+        except InputError as e:
             item["note"] = f"model cannot evaluate this slice: {e}"
         out.append(item)
     return out
@@ -822,67 +770,70 @@ def _env() -> jinja2.Environment:
     return env
 
 
-def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
-                  settings: OptimizerSettings | None = None) -> tuple[str, dict]:
-    """Optimize, explain and render. Returns (html, data); raises InputError for bad input."""
-    t0 = time.perf_counter()
+@dataclass(frozen=True)
+class ReportInputs:
+    """What every step of a report reads: the request, the catalog, the optimizer settings and the resolved
+    workload and rack."""
+
+    req: ReportRequest
+    cat: Catalog
+    s: OptimizerSettings
+    w: Workload
+    rack: Rack
+
+    def solve_kwargs(self) -> dict:
+        return dict(racks=self.req.racks, backend=self.req.solver, gpu_ids=self.req.gpu_ids,
+                    cpu_ids=self.req.cpu_ids, settings=self.s)
+
+
+def report_inputs(request: ReportRequest | dict, catalog: Catalog | None,
+                  settings: OptimizerSettings | None) -> ReportInputs:
     req = request if isinstance(request, ReportRequest) else ReportRequest.model_validate(request)
     cat = catalog or builtin_catalog()
-    s = settings or OptimizerSettings()
-    w = load_workload(req.workload, cat)
-    rack = load_rack(req.rack, cat)
-    for ids, table in ((req.gpu_ids, cat.gpus), (req.cpu_ids, cat.cpus)):
-        for i in ids or []:
-            try:
-                table[i]
-            except UnknownId as e:
-                raise InputError(str(e)) from None
-    kw = dict(racks=req.racks, backend=req.solver, gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids, settings=s)
-    timing: dict[str, float] = {}
+    check_sku_ids(cat, req.gpu_ids, req.cpu_ids)
+    return ReportInputs(req, cat, settings or OptimizerSettings(), load_workload(req.workload, cat),
+                        load_rack(req.rack, cat))
+
+
+def solve_layouts(x: ReportInputs) -> tuple[LayoutComparison, OptimizeResult]:
+    """The comparison of A, B and hybrid, and the answer the report recommends (the requested layout, else the
+    best)."""
+    cmp = compare_layouts(x.w, x.rack, x.cat, time_limit_s=x.req.time_limit_s, **x.solve_kwargs())
+    chosen = x.req.layout or cmp.best_layout
+    return cmp, next(r for r in cmp.results if r.layout == chosen)
+
+
+def sensitivity_sweeps(x: ReportInputs, cmp: LayoutComparison) -> dict[str, dict]:
+    """Rack-power and tool-time sweeps, sharing the request's sweep budget (empty when sensitivity is off)."""
+    if not x.req.sensitivity:
+        return {}
+    t1 = time.perf_counter()
+    skw = dict(x.solve_kwargs(), time_limit_s=min(x.req.sweep_time_limit_s, x.req.time_limit_s))
+    sweeps = {"power": sweep("power", x.req.power_factors, x.w, x.rack, x.cat, cmp.results, skw,
+                             x.req.sweep_budget_s / 2)}
+    left = x.req.sweep_budget_s - (time.perf_counter() - t1)
+    sweeps["tools"] = sweep("tools", x.req.tool_factors, x.w, x.rack, x.cat, cmp.results, skw, max(left, 0.0))
+    return sweeps
+
+
+def chip_comparison(x: ReportInputs, cmp: LayoutComparison, res: OptimizeResult
+                    ) -> tuple[ChipVsRack | None, str | None]:
+    """Chip-vs-rack for the pair that matters to this answer, or why there is none."""
+    pair = chip_pair(cmp, res, x.w, x.rack, x.cat, x.req.gpu_ids) if res.servers else None
+    if not pair:
+        return None, None
     try:
-        cmp = compare_layouts(w, rack, cat, time_limit_s=req.time_limit_s, **kw)
-    except ValueError as e:
-        raise InputError(str(e)) from None
-    timing["compare_s"] = time.perf_counter() - t0
-    chosen_layout = req.layout or cmp.best_layout
-    res = next(r for r in cmp.results if r.layout == chosen_layout)
-    ev = res.evaluation
-    a = cmp.results[0]
+        return chip_vs_rack(pair[0], pair[1], pair[2], x.w, x.rack, x.cat, layout=res.layout, racks=x.req.racks,
+                            backend=x.req.solver, time_limit_s=min(x.req.sweep_time_limit_s, x.req.time_limit_s),
+                            settings=x.s), None
+    except InputError as e:
+        return None, str(e)
 
-    t1 = time.perf_counter()
-    sweeps: dict[str, dict] = {}
-    if req.sensitivity:
-        skw = dict(kw, time_limit_s=min(req.sweep_time_limit_s, req.time_limit_s))
-        sweeps["power"] = sweep("power", req.power_factors, w, rack, cat, cmp.results, skw, req.sweep_budget_s / 2)
-        left = req.sweep_budget_s - (time.perf_counter() - t1)
-        sweeps["tools"] = sweep("tools", req.tool_factors, w, rack, cat, cmp.results, skw, max(left, 0.0))
-    timing["sweeps_s"] = time.perf_counter() - t1
 
-    t1 = time.perf_counter()
-    cvr: ChipVsRack | None = None
-    cvr_error = None
-    pair = chip_pair(cmp, res, w, rack, cat, req.gpu_ids) if res.servers else None
-    if pair:
-        try:
-            cvr = chip_vs_rack(pair[0], pair[1], pair[2], w, rack, cat, layout=chosen_layout, racks=req.racks,
-                               backend=req.solver, time_limit_s=min(req.sweep_time_limit_s, req.time_limit_s),
-                               settings=s)
-        except (ValueError, KeyError, ZeroDivisionError, InputError) as e:
-            cvr_error = str(e)
-    timing["chip_vs_rack_s"] = time.perf_counter() - t1
-
-    extra = {"chassis": set(), "cpu": set(), "gpu": set()}
-    if cvr:
-        extra[cvr.kind] |= {cvr.a.sku, cvr.b.sku}
-    src = sources(cat, w, rack, cmp.results, extra)
-    ops = operations(res, w, s.assumptions, req.alert_headroom)
-    cap = capital(cat, res, s.assumptions.costs)
-    ratio = cmp.ratio_vs_a.get(chosen_layout)
-    split = gpu_time_split(ev) if ev else None
-
+def report_charts(cmp: LayoutComparison, ev: Evaluation | None, split: dict | None, ops: dict,
+                  sweeps: dict[str, dict], rack: Rack) -> dict[str, Markup | None]:
     charts: dict[str, Markup | None] = {k: None for k in ("stage_shares", "gpu_time", "utilization", "layouts",
                                                             "sens_power", "sens_tools")}
-    t1 = time.perf_counter()
     if ev is not None:
         charts["stage_shares"] = chart_stage_shares(ev)
         if split:
@@ -896,18 +847,22 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
         charts["sens_tools"] = chart_sweep(sweeps["tools"], "chart-sens-tools",
                                            "tool work per task (CPU core_seconds x factor; share of task time)",
                                            True, 1.0)
-    timing["charts_s"] = time.perf_counter() - t1
+    return charts
 
-    glance = {
-        "layout": chosen_layout, "layout_name": LAYOUT_NAMES[chosen_layout],
-        "why_chosen": "as requested" if req.layout else "the most tasks per hour of A, B and hybrid",
+
+def at_a_glance(x: ReportInputs, cmp: LayoutComparison, res: OptimizeResult, cap: dict) -> dict:
+    """The headline block: the answer, its ratio to A, energy and cost per task, budgets used, what binds."""
+    ev, a = res.evaluation, cmp.results[0]
+    return {
+        "layout": res.layout, "layout_name": LAYOUT_NAMES[res.layout],
+        "why_chosen": "as requested" if x.req.layout else "the most tasks per hour of A, B and hybrid",
         "status": res.status, "message": res.message,
-        "tasks_per_hour": res.throughput_tasks_per_hour, "ratio_vs_a": ratio,
+        "tasks_per_hour": res.throughput_tasks_per_hour, "ratio_vs_a": cmp.ratio_vs_a.get(res.layout),
         "a_tasks_per_hour": a.throughput_tasks_per_hour,
         "kwh_per_1000_tasks": _kwh_per_1000(res), "a_kwh_per_1000_tasks": _kwh_per_1000(a),
         "tco": res.tco.model_dump() if res.tco else None, "a_tco": a.tco.model_dump() if a.tco else None,
-        "power_w": res.power_w, "power_budget_w": rack.power_kw * 1000 * req.racks,
-        "space_u": res.space_u, "space_budget_u": rack.height_u * req.racks,
+        "power_w": res.power_w, "power_budget_w": x.rack.power_kw * 1000 * x.req.racks,
+        "space_u": res.space_u, "space_budget_u": x.rack.height_u * x.req.racks,
         "gpus": _gpus(res), "cores": ev.cores if ev else None, "bottleneck": res.bottleneck,
         "binding": [g for g in res.binding_constraints if g in BUDGET_GROUPS],
         "p50_s": ev.p50_task_seconds if ev else None, "p95_s": ev.p95_task_seconds if ev else None,
@@ -916,11 +871,49 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
         "capital": cap, "infeasibility": [i.model_dump() for i in res.infeasibility],
         "operating": operating_glance(res), "failures": failure_rows(res),
     }
+
+
+def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
+                  settings: OptimizerSettings | None = None) -> tuple[str, dict]:
+    """Optimize, explain and render. Returns (html, data); raises InputError for bad input.
+
+    Steps: resolve the inputs, solve the layouts, sweep the budgets, compare chips, derive the operations
+    (thresholds, pilot, risks), draw the charts, then render the template and the JSON data from one context."""
+    t0 = time.perf_counter()
+    x = report_inputs(request, catalog, settings)
+    req, cat, s, w, rack = x.req, x.cat, x.s, x.w, x.rack
+    timing: dict[str, float] = {}
+
+    cmp, res = solve_layouts(x)
+    ev = res.evaluation
+    timing["compare_s"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    sweeps = sensitivity_sweeps(x, cmp)
+    timing["sweeps_s"] = time.perf_counter() - t1
+
+    t1 = time.perf_counter()
+    cvr, cvr_error = chip_comparison(x, cmp, res)
+    timing["chip_vs_rack_s"] = time.perf_counter() - t1
+
+    extra = {"chassis": set(), "cpu": set(), "gpu": set()}
+    if cvr:
+        extra[cvr.kind] |= {cvr.a.sku, cvr.b.sku}
+    src = sources(cat, w, rack, cmp.results, extra)
+    ops = operations(res, w, s.assumptions, req.alert_headroom)
+    split = gpu_time_split(ev) if ev else None
+
+    t1 = time.perf_counter()
+    charts = report_charts(cmp, ev, split, ops, sweeps, rack)
+    timing["charts_s"] = time.perf_counter() - t1
+
+    glance = at_a_glance(x, cmp, res, capital(cat, res, s.assumptions.costs))
     ctx = {
         "title": f"Rack recommendation: {w.name} in {rack.name}",
         "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "req": req, "workload": w, "rack": rack, "cmp": cmp, "res": res, "ev": ev, "glance": glance,
-        "bom": bill_of_materials(cat, res, rack, req.racks, s.assumptions.costs), "elevation": elevation(cat, res, rack, req.racks),
+        "bom": bill_of_materials(cat, res, rack, req.racks, s.assumptions.costs),
+        "elevation": elevation(cat, res, rack, req.racks),
         "split": split, "charts": charts, "sweeps": sweeps, "cvr": cvr, "cvr_error": cvr_error,
         "story": layout_story(cmp, cat), "ops": ops, "risks": risks(res, cmp, sweeps, src, w),
         "pilot": pilot_plan(res, w, rack, cat, req.racks, s.assumptions, req.alert_headroom), "sources": src,
@@ -941,22 +934,27 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
     }
     html = _env().get_template("report.html.j2").render(**ctx)
     timing["total_s"] = time.perf_counter() - t0
-    data = _finite({
-        "request": req.model_dump(mode="json"),
+    return html, report_data(ctx, s, timing)
+
+
+def report_data(ctx: dict, s: OptimizerSettings, timing: dict[str, float]) -> dict:
+    """The report's figures as JSON (the same context the HTML was rendered from)."""
+    ev, res, cmp, cvr = ctx["ev"], ctx["res"], ctx["cmp"], ctx["cvr"]
+    return _finite({
+        "request": ctx["req"].model_dump(mode="json"),
         "generated": ctx["generated"],
-        "glance": glance,
+        "glance": ctx["glance"],
         "bill_of_materials": ctx["bom"],
         "time": {"stage_shares": ev.stage_shares if ev else {}, "resource_shares": ev.resource_shares if ev else {},
-                 "gpu_time": split, "utilization": ev.utilization if ev else {}},
+                 "gpu_time": ctx["split"], "utilization": ev.utilization if ev else {}},
         "comparison": cmp.model_dump(mode="json", exclude={"results": {"__all__": {"evaluation"}}}),
         "chosen": res.model_dump(mode="json"),
         "chip_vs_rack": cvr.model_dump(mode="json") if cvr else None,
         "layout_story": ctx["story"],
-        "sensitivity": sweeps,
-        "operations": {"metrics": ops["metrics"], "risks": ctx["risks"], "pilot": ctx["pilot"]},
-        "sources": [{k: v for k, v in r.items() if k != "source_parts"} for r in src],
+        "sensitivity": ctx["sweeps"],
+        "operations": {"metrics": ctx["ops"]["metrics"], "risks": ctx["risks"], "pilot": ctx["pilot"]},
+        "sources": [{k: v for k, v in r.items() if k != "source_parts"} for r in ctx["sources"]],
         "assumptions": {"model": s.assumptions.model_dump(mode="json"),
                         "optimizer": s.model_dump(mode="json", exclude={"assumptions"})},
         "timing": timing,
     })
-    return html, data

@@ -77,6 +77,7 @@ from models.config import Configuration
 from models.performance import cpu_call_seconds, stage_gpu_latency_s
 from models.pipeline import _queues, resolve_groups
 from models.workload import CpuStage, DelayStage, GpuStage, IoStage, Workload
+from models.errors import InputError
 
 HOUR_S = 3600.0
 GPU, CPU, DELAY, IO = 0, 1, 2, 3
@@ -257,18 +258,18 @@ def build_model(config: Configuration, workload: Workload, catalog: Catalog,
             key = f"{c.name}/{s.name}"
             if isinstance(s, GpuStage):
                 if not skus:
-                    raise ValueError(f"class {c.name!r} has LLM stages but the configuration has no GPUs")
+                    raise InputError(f"class {c.name!r} has LLM stages but the configuration has no GPUs")
                 rel = [stage_gpu_latency_s(s, sm, servings[k]) / m for k, m in zip(sku_ids, mean_lat)]
                 specs.append(StageSpec(key, s.name, GPU, s.count, s.count_cv, s.cv, rel=rel, stage=s))
             elif isinstance(s, CpuStage):
                 if qspecs[qn].slots < 1:
-                    raise ValueError(f"queue {qn!r} has {qspecs[qn].cores:g} cores: no room for one tool call")
+                    raise InputError(f"queue {qn!r} has {qspecs[qn].cores:g} cores: no room for one tool call")
                 specs.append(StageSpec(key, s.name, CPU, s.count, s.count_cv, s.cv,
                                        mean_s=cpu_call_seconds(s, qperf[qn]), parallelism=s.parallelism, queue=qn,
                                        stage=s))
             elif isinstance(s, IoStage):
                 if qspecs[qn].io_streams < 1:
-                    raise ValueError(f"queue {qn!r} has {qio[qn]:,.0f} MB/s of local NVMe bandwidth: no room for one "
+                    raise InputError(f"queue {qn!r} has {qio[qn]:,.0f} MB/s of local NVMe bandwidth: no room for one "
                                      f"I/O stream of {a.io_stream_mbps:,.0f} MB/s")
                 specs.append(StageSpec(key, s.name, IO, s.count, s.count_cv, s.cv, mean_s=s.io_mb / a.io_stream_mbps,
                                        queue=qn, stage=s))
@@ -518,12 +519,12 @@ class _Run:
                 need = max((c.memory_gb for c in model.classes if c.queue == n), default=0.0)
                 if need > 0:
                     if q.memory_gb < need:
-                        raise ValueError(f"queue {n!r} has {q.memory_gb:g} GB of sandbox memory, less than one task needs")
+                        raise InputError(f"queue {n!r} has {q.memory_gb:g} GB of sandbox memory, less than one task needs")
                     self.mem[n] = simpy.Container(self.env, capacity=q.memory_gb, init=q.memory_gb)
                 need = max((c.disk_gb for c in model.classes if c.queue == n), default=0.0)
                 if need > 0:
                     if q.disk_gb < need:
-                        raise ValueError(f"queue {n!r} has {q.disk_gb:g} GB of sandbox disk, less than one task needs")
+                        raise InputError(f"queue {n!r} has {q.disk_gb:g} GB of sandbox disk, less than one task needs")
                     self.disk[n] = simpy.Container(self.env, capacity=q.disk_gb, init=q.disk_gb)
         ut = unloaded_times(model)
         mix = sum(c.share * ut[c.name] for c in model.classes)
@@ -696,7 +697,7 @@ class _Run:
         elif st.arrival_rate_per_hour:
             env.process(self._arrivals(st.arrival_rate_per_hour / HOUR_S))
         else:
-            raise ValueError("give agents or an arrival rate")
+            raise InputError("give agents or an arrival rate")
         env.process(self._snap())
         start = time.monotonic()
         self.deadline = start + st.wall_clock_s
@@ -811,9 +812,9 @@ def summarize(reps: list[dict]) -> dict:
 def simulate_model(model: SimModel, settings: SimSettings, recorder: Callable | None = None) -> dict:
     """Run `settings.replications` independent replications and summarize them with 95% t-intervals."""
     if settings.replications < 1:
-        raise ValueError("replications must be >= 1")
+        raise InputError("replications must be >= 1")
     if (settings.agents is None) == (settings.arrival_rate_per_hour is None):
-        raise ValueError("give exactly one of agents or arrival_rate_per_hour")
+        raise InputError("give exactly one of agents or arrival_rate_per_hour")
     seeds = np.random.SeedSequence(settings.seed).spawn(settings.replications)
     reps = [_Run(model, settings, s, recorder).run() for s in seeds]
     out = summarize(reps)

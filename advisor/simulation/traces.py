@@ -28,6 +28,7 @@ from models.hardware import CpuSku, GpuSku
 from models.performance import gpu_serving, stage_gpu_latency_s
 from models.assumptions import ModelAssumptions
 from models.workload import CpuStage, GpuStage, IoStage, Workload
+from models.errors import InputError
 
 IO_STREAM_MBPS = ModelAssumptions().io_stream_mbps
 """Bandwidth of one I/O stage's stream in generated traces (the model's default; a fitted workload reads the
@@ -55,7 +56,7 @@ def generate_spans(workload: Workload, tasks: int, seed: int, gpu: GpuSku, cpu: 
                    spacing_s: float = 10.0) -> list[dict]:
     """Spans of `tasks` tasks drawn from the workload (see the module docstring)."""
     if tasks < 1:
-        raise ValueError("tasks must be >= 1")
+        raise InputError("tasks must be >= 1")
     rng = np.random.default_rng(seed)
     serving = gpu_serving(workload, gpu)
     sm = workload.served_model

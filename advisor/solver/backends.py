@@ -19,6 +19,7 @@ from pulp.apis import coin_api
 from advisor import cancel
 from advisor.solver.highs import solve_highs
 from advisor.solver.linear import LinearModel, Solution
+from models.errors import InputError
 
 _CBC_PROCS: contextvars.ContextVar[list[subprocess.Popen] | None] = contextvars.ContextVar("cbc_procs", default=None)
 
@@ -255,7 +256,7 @@ def solve(model: LinearModel, backend: str = "cbc", time_limit_s: float = 60.0, 
     try:
         fn = BACKENDS[backend]
     except KeyError:
-        raise ValueError(f"unknown solver {backend!r}; choose one of {', '.join(BACKENDS)}") from None
+        raise InputError(f"unknown solver {backend!r}; choose one of {', '.join(BACKENDS)}") from None
     cancel.check()
     sol = fn(model, time_limit_s, gap, hint=hint)
     cancel.check()  # an interrupted solve's answer is not used

@@ -83,19 +83,18 @@ def solve_job(inputs: dict, catalog_json: dict) -> dict:
     started, t0 = _now(), time.perf_counter()
     worker = f"{socket.gethostname()}:{os.getpid()}"
     try:
-        from advisor.optimizer.optimize import optimize
+        from advisor import service
         from advisor.optimizer.settings import OptimizerSettings
-        from models.hardware import Rack
-        from models.workload import Workload
+        from advisor.requests import OptimizeRequest
 
         cat = _catalog(inputs["catalog_sha256"], catalog_json)
-        res = optimize(
-            Workload.model_validate(inputs["workload"]), Rack.model_validate(inputs["rack"]), cat,
-            layout=inputs["layout"], racks=inputs["racks"], backend=inputs["solver"],
-            time_limit_s=inputs["time_limit_s"], objective=inputs["objective"],
+        req = OptimizeRequest.model_validate(dict(
+            workload=inputs["workload"], rack=inputs["rack"], layout=inputs["layout"], racks=inputs["racks"],
+            solver=inputs["solver"], time_limit_s=inputs["time_limit_s"], objective=inputs["objective"],
             required_tasks_per_hour=inputs["required_tasks_per_hour"],
             capital_budget_usd=inputs["capital_budget_usd"], gpu_ids=inputs["gpu_ids"], cpu_ids=inputs["cpu_ids"],
-            settings=OptimizerSettings.model_validate(inputs["settings"]), explain=False)
+            explain=False))
+        res = service.optimize(req, cat, settings=OptimizerSettings.model_validate(inputs["settings"]))
         return dict(
             status=res.status, throughput=res.throughput_tasks_per_hour, predicted=res.predicted_tasks_per_hour,
             power_w=res.power_w, space_u=res.space_u,
@@ -103,10 +102,13 @@ def solve_job(inputs: dict, catalog_json: dict) -> dict:
             bottleneck=res.bottleneck, binding_json=json.dumps(res.binding_constraints),
             configuration_json=json.dumps(res.configuration), message=res.message,
             solve_seconds=time.perf_counter() - t0, started=started, finished=_now(), worker=worker, error=None)
-    except Exception as e:  # noqa: BLE001 - a failing scenario is a row, not the end of the batch
+    except InputError as e:  # a bad scenario is a failed row, not the end of the batch
+        return _error_fields(str(e), started, time.perf_counter() - t0, worker)
+    except Exception as e:  # noqa: BLE001 - a bug fails its row too (finished work is kept), marked as a bug
         tb = traceback.extract_tb(e.__traceback__)
         at = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
-        return _error_fields(f"{type(e).__name__}: {e}{at}", started, time.perf_counter() - t0, worker)
+        return _error_fields(f"internal error (a bug in rack-advisor, please report it): {type(e).__name__}: {e}{at}",
+                             started, time.perf_counter() - t0, worker)
 
 
 def _tco_fields(t) -> dict:
@@ -197,7 +199,7 @@ def make_jobs(scenarios: Iterable[Scenario]) -> list[Job]:
         try:
             r: Resolved | None = resolve(s)
             err = None
-        except (InputError, ValueError) as e:
+        except InputError as e:
             r, err = None, str(e)
         for lay in s.layouts:
             if r is None:

@@ -87,9 +87,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from advisor.catalog import builtin_catalog, load_catalog, load_rack, load_workload, read_yaml
+from advisor.catalog import builtin_catalog, check_sku_ids, load_catalog, load_rack, load_workload, read_yaml
 from advisor.errors import InputError, describe_validation
 from advisor.layouts import LAYOUTS, Layout
+from advisor.requests import MAX_RACKS
 from advisor.optimizer.settings import OptimizerSettings
 from models.base import BoundedNumbers
 from models.catalog import Catalog
@@ -117,7 +118,7 @@ class Scenario(BoundedNumbers):
     name: str = Field(min_length=1)
     workload: str | dict
     rack: str | dict
-    racks: int = Field(default=1, ge=1)
+    racks: int = Field(default=1, ge=1, le=MAX_RACKS)
     catalog: str | None = None
     """Catalog folder (absolute once loaded from a file); None for the built-in catalog."""
     gpus: list[str] | None = None
@@ -380,10 +381,11 @@ def resolve(s: Scenario, settings: OptimizerSettings | None = None) -> Resolved:
         r = load_rack(s.rack, cat)
     except InputError as e:
         raise InputError(f"{where}: {e}") from None
-    for kind, ids, table in (("gpu", s.gpus, cat.gpus), ("cpu", s.cpus, cat.cpus)):
-        for i in ids or []:
-            if i not in table:
-                raise InputError(f"{where}: {kind}s: unknown {kind} id {i!r}")
+    try:
+        check_sku_ids(cat, s.gpus, s.cpus)
+    except InputError as e:
+        field = {"gpu_ids": "gpus", "cpu_ids": "cpus"}[e.loc[1]]
+        raise InputError(f"{where}: {field}[{e.loc[2]}]: {e}", suggestions=e.suggestions) from None
     w_over = [(p, v) for p, v in s.overrides.items() if p.startswith("workload") and p != TOOL_SHARE]
     r_over = [(p, v) for p, v in s.overrides.items() if p.startswith("rack")]
     w = apply_overrides(w, "workload", w_over, where)  # type: ignore[assignment]

@@ -616,3 +616,19 @@ def robustness_figure(results: list[RobustnessResult], regrets: dict | None = No
         ax2.set_title("regret of choosing each layout", fontsize=9)
         ax2.legend(frameon=False, fontsize=7)
     return fig
+
+
+def write_robustness(results: list[RobustnessResult], folder: Path) -> list[Path]:
+    """robustness.csv (one row per group and layout) and the regret chart; returns the files written."""
+    import csv
+
+    path = folder / "robustness.csv"
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["group", "draws", "layout", "wins", "win_share", "top_share", "mean_regret", "p95_regret",
+                    "max_regret", "mean_throughput"])
+        for r in results:
+            for x in r.layouts:
+                w.writerow([r.group, r.draws, x.layout, x.wins, x.win_share, x.top_share, x.mean_regret, x.p95_regret,
+                            x.max_regret, x.mean_throughput])
+    return [path, *write_figure(robustness_figure(results), folder, "robustness")]
