@@ -166,6 +166,8 @@ class ReportRequest(_Request):
     alert_headroom: float = Field(default=0.5, gt=0, lt=1)
     """Alert thresholds sit this far from the model's operating-point value towards the metric's limit
     (0.5: halfway between the expected utilization and saturation)."""
+    spares: int = Field(default=0, ge=0, le=MAX_SPARES)
+    """Spare servers per pool in every rack for the recommended answers (advisor/optimizer/failures.py)."""
 
     @field_validator("power_factors", "tool_factors")
     @classmethod

@@ -798,7 +798,8 @@ def report_inputs(request: ReportRequest | dict, catalog: Catalog | None,
 def solve_layouts(x: ReportInputs) -> tuple[LayoutComparison, OptimizeResult]:
     """The comparison of A, B and hybrid, and the answer the report recommends (the requested layout, else the
     best)."""
-    cmp = compare_layouts(x.w, x.rack, x.cat, time_limit_s=x.req.time_limit_s, **x.solve_kwargs())
+    cmp = compare_layouts(x.w, x.rack, x.cat, time_limit_s=x.req.time_limit_s, spares=x.req.spares,
+                          **x.solve_kwargs())
     chosen = x.req.layout or cmp.best_layout
     return cmp, next(r for r in cmp.results if r.layout == chosen)
 
