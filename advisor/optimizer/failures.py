@@ -28,7 +28,7 @@ Every figure is the evaluator's (models.pipeline.evaluate) for the degraded conf
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Literal
 from collections.abc import Callable
 
 from models.assumptions import ModelAssumptions
@@ -68,7 +68,7 @@ class Failures(Frozen):
     spares_per_pool: int
     spares: list[str]
     """The spare servers of the row, e.g. `1x gpu-chassis (cpu, 8x gpu)`."""
-    spares_mode: str = "none"
+    spares_mode: Literal["reserved", "held back", "none"] = "none"
     """`reserved` (bought besides the answer's servers, their space and weight kept free in every rack), `held back`
     (taken from the answer's servers) or `none`."""
     active_sustainable_tasks_per_hour: float
