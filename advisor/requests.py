@@ -18,6 +18,8 @@ from models.base import BoundedNumbers
 from models.config import Configuration
 
 
+MAX_SPARES = 100
+"""Upper bound of `spares` (every request number is bounded); spares are capped at the servers of each kind anyway."""
 MAX_RACKS = 1000
 """Largest row a solve request may ask for: a data hall of 1,000 racks (the row bench/bench_optimizer.py proves;
 a row is solved as rack patterns, so its solve time is bounded by the time limit, not by this)."""
@@ -66,6 +68,9 @@ class _SolveRequest(_Request):
     allow_removal: bool = False
     """With `existing`: owned servers may be removed, each returning `assumptions.costs.salvage_fraction` of its
     catalog price to the capital budget."""
+    spares: int = Field(default=0, ge=0, le=MAX_SPARES)
+    """Servers of each kind in the answer held back as spares: the answer states the throughput of the others, and
+    the throughput with one GPU server, one CPU node and one power feed lost (`failures`)."""
 
 
 class OptimizeRequest(_SolveRequest):
@@ -172,6 +177,8 @@ class ReportRequest(_Request):
     adds the migration plan from them to the recommendation."""
     allow_removal: bool = False
     """With `existing`: owned servers may be removed (salvage value: the default cost assumptions)."""
+    spares: int = Field(default=0, ge=0, le=MAX_SPARES)
+    """Spare servers per pool in every rack for the recommended answers (advisor/optimizer/failures.py)."""
 
     @field_validator("power_factors", "tool_factors")
     @classmethod

@@ -99,7 +99,8 @@ def optimize(req: OptimizeRequest, cat: Catalog, time_limit_s: float | None = No
                            time_limit_s=time_limit_s if time_limit_s is not None else req.time_limit_s,
                            objective=req.objective, required_tasks_per_hour=req.required_tasks_per_hour,
                            capital_budget_usd=req.capital_budget_usd, gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids,
-                           settings=s, explain=req.explain, existing=req.existing, allow_removal=req.allow_removal)
+                           settings=s, explain=req.explain, existing=req.existing, allow_removal=req.allow_removal,
+                           spares=req.spares)
 
 
 def compare(req: CompareRequest, cat: Catalog, time_limit_s: float | None = None) -> LayoutComparison:
@@ -107,7 +108,7 @@ def compare(req: CompareRequest, cat: Catalog, time_limit_s: float | None = None
     return compare_layouts(w, r, cat, racks=req.racks, backend=req.solver,
                            time_limit_s=time_limit_s if time_limit_s is not None else req.time_limit_s,
                            gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids, settings=s, explain=req.explain,
-                           existing=req.existing, allow_removal=req.allow_removal)
+                           existing=req.existing, allow_removal=req.allow_removal, spares=req.spares)
 
 
 def chip_vs_rack_ratio(req: ChipVsRackRequest, cat: Catalog, time_limit_s: float | None = None) -> ChipVsRack:

@@ -707,7 +707,7 @@ def evaluate(
             lam = op.arrival_rate_per_hour / HOUR_S
             op_label = f"open arrivals at {op.arrival_rate_per_hour:,.0f} tasks/h"
         else:
-            frac = op.load_fraction or a.operating_load_fraction
+            frac = op.load_fraction or workload.planned_load(a.operating_load_fraction)
             lam = frac * x_star
             op_label = f"open arrivals at {frac:.0%} of sustainable throughput"
         if lam >= x_star * (1 + 1e-12) and lam > 0:

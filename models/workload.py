@@ -179,6 +179,10 @@ class Slo(Input):
     """Target 95th-percentile task completion time in seconds (checked at the operating point)."""
     tool_wait_p95_seconds: float | None = Field(default=None, gt=0)
     """Target 95th-percentile wait for a core in any tool queue, in seconds (limits queue load)."""
+    target_utilization: float | None = Field(default=None, gt=0, lt=1)
+    """Planned load as a fraction of the sustainable throughput: the operating point the headline tasks/h, the
+    latencies and the alert thresholds are quoted at. Omitted: the model assumption `operating_load_fraction`
+    (0.8)."""
 
 
 class Workload(Sourced):
@@ -202,6 +206,10 @@ class Workload(Sourced):
         if len(names) != len(set(names)):
             raise ValueError("class names must be unique")
         return self
+
+    def planned_load(self, default: float) -> float:
+        """The planned load fraction: `slo.target_utilization`, else `default` (the model assumption)."""
+        return self.slo.target_utilization if self.slo and self.slo.target_utilization else default
 
     def class_named(self, name: str) -> TaskClass:
         for c in self.classes:

@@ -139,12 +139,16 @@ def evaluate_cmd(
 
 class ObjectiveOpt(str, Enum):
     max_throughput = "max_throughput"
+    max_operating_throughput = "max_operating_throughput"
     min_cost = "min_cost"
     min_power = "min_power"
     min_cost_per_task = "min_cost_per_task"
     min_tco_for_throughput = "min_tco_for_throughput"
 
 
+SPARES_OPT = typer.Option(0, "--spares", min=0, help="Spare servers per pool in every rack (powered off; their "
+                          "space, weight and price reserved); the answer states the throughput with one GPU server, "
+                          "CPU node or power feed lost.")
 WORKLOAD_OPT = typer.Option(..., "--workload", "-w", help="Workload preset id or YAML file.")
 RACK_OPT = typer.Option(..., "--rack", "-r", help="Rack profile id or YAML file.")
 EXISTING_OPT = typer.Option(None, "--existing", help="Configuration YAML of the servers you own (as --save-config "
@@ -187,6 +191,7 @@ def optimize_cmd(
     gpus: list[str] | None = typer.Option(None, "--gpu", help="Only these GPU SKUs (repeat)."),
     cpus: list[str] | None = typer.Option(None, "--cpu", help="Only these CPU SKUs (repeat)."),
     gap: float = typer.Option(1e-6, "--gap", min=0, max=0.5, help="Relative MIP gap at which to stop."),
+    spares: int = SPARES_OPT,
     catalog_dir: Path | None = CATALOG_OPT,
     as_json: bool = typer.Option(False, "--json", metavar=""),
     quiet: bool = QUIET_OPT,
@@ -211,7 +216,7 @@ def optimize_cmd(
                               time_limit_s=time_limit, mip_gap=gap, objective=objective.value,
                               required_tasks_per_hour=required, capital_budget_usd=capital, gpu_ids=gpus or None,
                               cpu_ids=cpus or None, existing=owned, allow_removal=allow_removal,
-                              assumptions=assumptions)
+                              assumptions=assumptions, spares=spares)
         check_sku_ids(cat, req.gpu_ids, req.cpu_ids)  # bad input fails before the progress line
         with progress(f"optimizing layout {layout.value} (time limit {time_limit:g} s)", quiet or as_json):
             res = service.optimize(req, cat)
@@ -242,6 +247,7 @@ def compare_cmd(
     time_limit: float = typer.Option(60.0, "--time-limit", min=1, help="Seconds per layout."),
     gpus: list[str] | None = typer.Option(None, "--gpu", help="Only these GPU SKUs (repeat)."),
     cpus: list[str] | None = typer.Option(None, "--cpu", help="Only these CPU SKUs (repeat)."),
+    spares: int = SPARES_OPT,
     catalog_dir: Path | None = CATALOG_OPT,
     as_json: bool = typer.Option(False, "--json", metavar=""),
     quiet: bool = QUIET_OPT,
@@ -261,7 +267,7 @@ def compare_cmd(
     with user_errors("compare request"):
         req = CompareRequest(workload=workload, rack=rack, racks=racks, solver=solver.value, time_limit_s=time_limit,
                              gpu_ids=gpus or None, cpu_ids=cpus or None, existing=owned, allow_removal=allow_removal,
-                             assumptions=assumptions)
+                             assumptions=assumptions, spares=spares)
         check_sku_ids(cat, req.gpu_ids, req.cpu_ids)  # bad input fails before the progress line
         with progress(f"optimizing layouts a, b and hybrid (time limit {time_limit:g} s each)", quiet or as_json):
             cmp = service.compare(req, cat)

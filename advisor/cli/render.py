@@ -115,8 +115,13 @@ def print_optimize(res, console: Console) -> None:
         for d in res.infeasibility:
             console.print(f"  - {d.message}")
         return
-    console.print(f"[bold]{res.throughput_tasks_per_hour:,.0f} tasks/h[/bold]; bottleneck {res.bottleneck}; "
-                  f"binding: {', '.join(res.binding_constraints) or 'none'}")
+    headline = operating_headline(res)
+    if headline:
+        console.print(headline)
+    console.print(f"{'sustainable maximum ' if headline else ''}[bold]{res.throughput_tasks_per_hour:,.0f} "
+                  f"tasks/h[/bold]; bottleneck {res.bottleneck}; binding: {', '.join(res.binding_constraints) or 'none'}")
+    for line in failure_lines(res):
+        console.print(line)
     t = Table(title="Servers")
     for c in ("rack", "count", "chassis", "cpu", "gpu", "orch cores/GPU", "queue cores per server", "power each W"):
         t.add_column(c)
@@ -143,14 +148,48 @@ def print_optimize(res, console: Console) -> None:
         console.print(f"[yellow]warning:[/yellow] {w}")
 
 
+def operating_headline(res) -> str | None:
+    """The operating figure (advisor/optimizer/operating.py) as the headline line."""
+    op = res.operating
+    if op is None:
+        return None
+    why = "every tail target met" if op.limited_by == "planned load" else f"{op.limited_by} binds below it"
+    return (f"[bold]{op.operating_tasks_per_hour:,.0f} tasks/h at the planned {op.planned_load:.0%} load[/bold] "
+            f"({why})")
+
+
+def failure_lines(res) -> list[str]:
+    """Spares and one-failure figures (advisor/optimizer/failures.py)."""
+    f = res.failures
+    if f is None:
+        return []
+    out = []
+    if f.spares:
+        how = "kept besides the servers below" if f.spares_mode == "reserved" else "held back from the servers below"
+        out.append(f"spares {how} ({f.spares_per_pool} per pool): {', '.join(f.spares)}; the active servers deliver "
+                   f"[bold]{f.active_operating_tasks_per_hour:,.0f} tasks/h[/bold] at the planned load "
+                   f"(sustainable {f.active_sustainable_tasks_per_hour:,.0f})")
+    for c in f.cases:
+        if c.operating_tasks_per_hour is None:
+            out.append(f"  {c.loss} lost: not modelled - {c.detail}")
+            continue
+        share = f" ({c.fraction_of_intact:.0%})" if c.fraction_of_intact is not None else ""
+        served = "" if c.planned_arrivals_served is None else (
+            "; planned arrivals still within targets" if c.planned_arrivals_served else
+            "; planned arrivals no longer within targets")
+        out.append(f"  {c.loss} lost: {c.operating_tasks_per_hour:,.0f} tasks/h{share}{served} - {c.detail}")
+    return out
+
+
 def print_compare(cmp, console: Console) -> None:
     t = Table(title="Layouts")
-    for c in ("layout", "status", "tasks/h", "vs A", "GPUs", "power kW", "U", "USD/1k tasks", "bottleneck", "binding"):
+    for c in ("layout", "status", "tasks/h at plan", "tasks/h max", "vs A", "GPUs", "power kW", "U", "USD/1k tasks", "bottleneck", "binding"):
         t.add_column(c)
     for r in cmp.results:
         ratio = cmp.ratio_vs_a.get(r.layout)
         gpus = sum(s.count * s.gpus_per_server for s in r.servers)
-        t.add_row(r.layout, r.status, f"{r.throughput_tasks_per_hour:,.0f}", f"{ratio:.2f}x" if ratio else "n/a",
+        op = f"{r.operating.operating_tasks_per_hour:,.0f}" if r.operating is not None else "n/a"
+        t.add_row(r.layout, r.status, op, f"{r.throughput_tasks_per_hour:,.0f}", f"{ratio:.2f}x" if ratio else "n/a",
                   str(gpus), f"{r.power_w / 1000:,.1f}", str(r.space_u),
                   f"{r.tco.cost_usd_per_1000_tasks:,.2f}" if r.tco and r.tco.cost_usd_per_1000_tasks is not None
                   else "n/a", r.bottleneck,

@@ -67,6 +67,7 @@ def register(app: typer.Typer) -> None:
         solver: _Solver = typer.Option(_Solver.cbc, "--solver"),
         time_limit: float = typer.Option(30.0, "--time-limit", min=1, help="Seconds per layout."),
         no_sensitivity: bool = typer.Option(False, "--no-sensitivity", help="Skip the sensitivity sweeps (faster).", metavar=""),
+        spares: int = typer.Option(0, "--spares", min=0, help="Spare servers per pool in every rack."),
         catalog_dir: Path | None = typer.Option(None, "--catalog", help="Catalog folder instead of the built-in one."),
         output: Path = typer.Option(Path("report.html"), "--output", "-o", help="HTML file to write."),
         json_out: Path | None = typer.Option(None, "--json", help="Also write the report's figures as JSON."),
@@ -87,7 +88,8 @@ def register(app: typer.Typer) -> None:
             owned = load_configuration(existing) if existing is not None else None
             req = ReportRequest(workload=workload, rack=rack, racks=racks, layout=layout.value if layout else None,
                                 compare=compare, solver=solver.value, time_limit_s=time_limit,
-                                sensitivity=not no_sensitivity, existing=owned, allow_removal=allow_removal)
+                                sensitivity=not no_sensitivity, existing=owned, allow_removal=allow_removal,
+                                spares=spares)
             cat = load_catalog(catalog_dir) if catalog_dir else builtin_catalog()
             what = "rendering the report" + ("" if no_sensitivity else " (optimizing, then the sensitivity sweeps)")
             with progress(what, quiet):

@@ -21,6 +21,7 @@ GROUP_LABEL = "ra_group"
 APP_METRICS = {
     "agent_tool_call_wait_seconds": "histogram, label queue: time a tool call waits for a core (from request to "
                                     "start on a core)",
+    "agent_tool_calls_waiting": "gauge, label queue: tool calls waiting for a core now",
     "agent_sandbox_start_seconds": "histogram, label queue: time from sandbox request to sandbox ready",
     "agent_task_duration_seconds": "histogram: task completion time, start to final answer",
     "agent_tasks_started_total": "counter: tasks started",
@@ -112,21 +113,35 @@ def queue_rules(plan: Plan, q: QueuePlan) -> list[dict]:
         _rule("ToolCallWaitHigh",
               f"histogram_quantile({phi}, sum by (le) (rate(agent_tool_call_wait_seconds_bucket{{{qsel}}}[{win}]))) "
               f"> {_num(th.wait_alert_s)}", for_, lbl,
-              f"Tool queue {name!r}: {t.tail_label} wait for a core above the model's figure at alert load",
+              f"Tool queue {name!r}: {t.tail_label} wait for a core above "
+              + ("the workload's tool-wait target" if th.wait_target_s else "the model's figure at alert load"),
               f"{t.tail_label} {th.wait_tail_s:.4g} s at the operating point",
-              f"M/M/c wait quantile: c={th.servers}, {th.calls_per_s:.3f} calls/s, mean call {th.mean_call_s:.2f} s; "
-              f"threshold at {th.calls_per_s_alert:.3f} calls/s ({th.utilization_alert:.1%} load), at least "
-              f"{WAIT_RESOLUTION_S * 1000:g} ms",
+              f"M/M/c wait quantile (x {th.wait_scale:.2f} for call-time variability): c={th.servers}, "
+              f"{th.calls_per_s:.3f} calls/s, mean call {th.mean_call_s:.2f} s; threshold "
+              + (f"= the tool-wait target {th.wait_target_s:g} s" if th.wait_target_s else
+                 f"at {th.calls_per_s_alert:.3f} calls/s ({th.utilization_alert:.1%} load)")
+              + f", at least {WAIT_RESOLUTION_S * 1000:g} ms above the expected wait",
               _app("agent_tool_call_wait_seconds")),
+        _rule("ToolCallsWaitingHigh",
+              f"max_over_time(agent_tool_calls_waiting{{{qsel}}}[{win}]) > {th.waiting_calls_alert}", for_, lbl,
+              f"Tool queue {name!r}: more calls waiting for a core than the model's {t.tail_label} at the planned "
+              "load",
+              f"{th.waiting_calls_mean:.3g} calls waiting on average at the operating point",
+              f"M/M/c queue length: P(waiting > k) = C rho^(k+1) with c={th.servers}, {th.calls_per_s:.3f} calls/s, "
+              f"mean call {th.mean_call_s:.2f} s; threshold = its {t.tail_label} ({th.waiting_calls_alert}), above the "
+              "mean",
+              _app("agent_tool_calls_waiting")),
         _rule("SandboxStartSlow",
               f"histogram_quantile({phi}, sum by (le) (rate(agent_sandbox_start_seconds_bucket{{{qsel}}}[{win}]))) "
-              f"> histogram_quantile({phi}, sum by (le) (rate(agent_sandbox_start_seconds_bucket{{{qsel}}}"
-              f"[{s.baseline_window}]))) + {_num(th.wait_alert_s)}", for_, lbl,
-              f"Tool queue {name!r}: sandbox start {t.tail_label} grew by more than the core wait at alert load",
+              f"> {_num(1 + t.headroom)} * histogram_quantile({phi}, sum by (le) (rate("
+              f"agent_sandbox_start_seconds_bucket{{{qsel}}}[{s.baseline_window}]))) + {_num(th.wait_alert_s)}",
+              for_, lbl,
+              f"Tool queue {name!r}: sandbox start {t.tail_label} grew beyond its baseline's headroom plus the core "
+              "wait alert",
               f"the trailing {s.baseline_window} {t.tail_label} (the pilot baseline)",
               f"the model has no sandbox start cost; a start waits for a core like a tool call, so alert when it "
-              f"grows by more than the {t.tail_label} core wait at alert load ({th.wait_alert_s:.4g} s, at least "
-              f"{WAIT_RESOLUTION_S * 1000:g} ms)",
+              f"exceeds the baseline x (1 + headroom {t.headroom:g}) plus the {t.tail_label} core-wait alert "
+              f"({th.wait_alert_s:.4g} s)",
               _app("agent_sandbox_start_seconds")),
     ]
 
@@ -148,18 +163,19 @@ def gpu_rules(plan: Plan) -> list[dict]:
               f"{g.utilization:.1%} at the operating point ({t.operating_point})",
               f"pipeline model; alert at value + {t.headroom:g} x (1 - value)", src),
         _rule("GpuUnderusedAtPlannedLoad",
-              f"{active} < {_num(g.utilization)} and sum(rate(agent_tasks_started_total[{s.rate_window}])) * 3600 "
-              f">= {_num(t.arrival_rate_tasks_per_hour)}", s.alert_for, {},
-              "GPUs below the model's utilization while arrivals are at plan: something upstream starves them",
+              f"{active} < {_num(g.utilization_low_alert)} and sum(rate(agent_tasks_started_total[{s.rate_window}])) "
+              f"* 3600 >= {_num(t.arrival_rate_tasks_per_hour)}", s.alert_for, {},
+              "GPUs well below the model's utilization while arrivals are at plan: something upstream starves them",
               f"{g.utilization:.1%} at {t.arrival_rate_tasks_per_hour:,.0f} tasks/h",
-              "pipeline model at the operating point", src + "; " + _app("agent_tasks_started_total")),
+              f"pipeline model at the operating point; alert at value - {t.headroom:g} x (1 - value), the high "
+              "alert's band mirrored", src + "; " + _app("agent_tasks_started_total")),
         _rule("GpuIdleOnCpuTools",
               f'(1 - {active}) * sum(agent_live_tasks{{stage_resource="cpu"}}) / '
               f'sum(agent_live_tasks{{stage_resource=~"cpu|delay"}}) > {_num(g.idle_on_cpu_alert)}',
               s.alert_for, {}, "GPU capacity idle because tasks wait on CPU tools",
               f"{g.idle_on_cpu_fraction:.1%} of serving capacity",
-              "model gpu_idle_on_cpu_fraction: idle capacity split by the share of non-GPU time tasks spend in tool "
-              f"stages; alert at value + {t.headroom:g} x (1 - value)",
+              "idle capacity at the operating point (1 - utilization) split by the share of non-GPU time tasks spend "
+              f"in tool stages (as model gpu_idle_on_cpu_fraction); alert at value + {t.headroom:g} x (1 - value)",
               src + "; " + _app("agent_live_tasks")),
     ]
 

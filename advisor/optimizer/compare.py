@@ -45,11 +45,15 @@ def compare_layouts(workload: Workload, rack: Rack, catalog: Catalog, **kw) -> L
     ratios = {r.layout: (r.throughput_tasks_per_hour / a if a > 0 else None) for r in results}
     best_id = best_layout(Outcome(r.layout, r.throughput_tasks_per_hour, r.power_w, r.gap) for r in results)
     best = next((r for r in results if r.layout == best_id), results[0])
+    op = best.operating
+    best_figure = (f"{op.operating_tasks_per_hour:,.0f} tasks/h at the planned {op.planned_load:.0%} load "
+                   f"({best.throughput_tasks_per_hour:,.0f} sustainable)") if op is not None else \
+        f"{best.throughput_tasks_per_hour:,.0f} tasks/h"
     if a > 0:
-        summary = (f"best layout {best.layout}: {best.throughput_tasks_per_hour:,.0f} tasks/h, "
-                   f"{best.throughput_tasks_per_hour / a:.2f}x GPU-first (A: {a:,.0f} tasks/h)")
+        summary = (f"best layout {best.layout}: {best_figure}, "
+                   f"{best.throughput_tasks_per_hour / a:.2f}x GPU-first (A: {a:,.0f} tasks/h sustainable)")
     else:
-        summary = f"best layout {best.layout}: {best.throughput_tasks_per_hour:,.0f} tasks/h; GPU-first delivers none"
+        summary = f"best layout {best.layout}: {best_figure}; GPU-first delivers none"
     return LayoutComparison(results=results, ratio_vs_a=ratios, best_layout=best.layout, summary=summary)
 
 

@@ -17,6 +17,8 @@ from advisor.optimizer.settings import OptimizerSettings
 from advisor.optimizer.migration import Migration
 from advisor.solver import LinearModel, Solution, Var, solve
 from advisor.optimizer.objectives import TCO_OBJECTIVES, solve_tco
+from advisor.optimizer.failures import Failures, optimize_with_spares, with_failures
+from advisor.optimizer.operating import OperatingFigure, optimize_operating, with_operating
 from models.base import Frozen
 from models.catalog import Catalog
 from models.config import Configuration, OperatingPoint, Queue, ServerGroup
@@ -28,7 +30,8 @@ from models.performance import cpu_call_seconds, stage_gpu_latency_s
 from models.workload import CpuStage, DelayStage, GpuStage, Workload
 from models.errors import InputError
 
-Objective = Literal["max_throughput", "min_cost", "min_power", "min_cost_per_task", "min_tco_for_throughput"]
+Objective = Literal["max_throughput", "max_operating_throughput", "min_cost", "min_power", "min_cost_per_task",
+                    "min_tco_for_throughput"]
 MIN_USEFUL_TASKS_PER_HOUR = 1.0
 """Target used to diagnose a request where nothing fits: the budgets that would let one task per hour through."""
 MATERIAL_GAIN = 1e-6
@@ -116,6 +119,10 @@ class OptimizeResult(Frozen):
     evaluation: Evaluation | None
     tco: Tco | None = None
     """Cost and energy of the answer at its operating point (the evaluation's `tco`)."""
+    operating: OperatingFigure | None = None
+    """The headline: tasks/h at the planned load with every tail target met, beside the sustainable maximum."""
+    failures: Failures | None = None
+    """Spares held back and the throughput with one GPU server, one CPU node and one power feed lost."""
     message: str = ""
     warnings: list[str] = Field(default_factory=list)
     migration: Migration | None = None
@@ -368,7 +375,8 @@ def _solve_stages(b: Built, p: Problem, layout: Layout, objective: Objective, ba
             ("rank", rank_objective(b), False)])
         return sol, m, notes
     if objective in TCO_OBJECTIVES:
-        return solve_tco(model, b, p, objective, backend, s.assumptions.costs, s.assumptions.operating_load_fraction,
+        return solve_tco(model, b, p, objective, backend, s.assumptions.costs,
+                         p.workload.planned_load(s.assumptions.operating_load_fraction),
                          s.mip_gap, clock.left, s.dinkelbach_iterations, p.operating_tasks_per_hour)
     if p.required_tasks_per_hour is None:
         raise InputError(f"objective {objective} needs required_tasks_per_hour")
@@ -596,10 +604,25 @@ def optimize(
     allow_removal: bool = False,
     software_only: bool = False,
     _plan: bool = True,
+    spares: int = 0,
 ) -> OptimizeResult:
     """`existing`: the servers the user owns stay in the answer (brownfield; advisor/optimizer/migration.py), or
     with `allow_removal` may go at their salvage value; the answer then carries a migration plan.
-    `software_only`: exactly the owned servers, only their core split optimized."""
+    `software_only`: exactly the owned servers, only their core split optimized.
+    `spares`: servers of each kind held back (advisor/optimizer/failures.py)."""
+    owned_kw = dict(existing=existing, allow_removal=allow_removal) if existing is not None else {}
+    if objective == "max_operating_throughput":  # advisor/optimizer/operating.py
+        return optimize_operating(optimize, workload, rack, catalog, layout=layout, racks=racks,
+                                  backend=backend, time_limit_s=time_limit_s,
+                                  required_tasks_per_hour=required_tasks_per_hour,
+                                  capital_budget_usd=capital_budget_usd, gpu_ids=gpu_ids, cpu_ids=cpu_ids,
+                                  settings=settings, explain=explain, spares=spares, **owned_kw)
+    if spares > 0:  # advisor/optimizer/failures.py
+        return optimize_with_spares(optimize, workload, rack, catalog, spares, layout=layout, racks=racks,
+                                    backend=backend, time_limit_s=time_limit_s, objective=objective,
+                                    required_tasks_per_hour=required_tasks_per_hour,
+                                    capital_budget_usd=capital_budget_usd, gpu_ids=gpu_ids, cpu_ids=cpu_ids,
+                                    settings=settings, explain=explain, **owned_kw)
     s = settings or OptimizerSettings()
     clock = _Clock(time_limit_s or s.time_limit_s)
     t0 = time.perf_counter()
@@ -643,7 +666,7 @@ def optimize(
             raise InputError("objective min_tco_for_throughput needs required_tasks_per_hour (the tasks/h to serve)")
         # Serve R tasks/h at the planned load fraction f: sustainable throughput at least R / f.
         operating_tasks_per_hour = required_tasks_per_hour
-        required_tasks_per_hour = required_tasks_per_hour / s.assumptions.operating_load_fraction
+        required_tasks_per_hour = required_tasks_per_hour / workload.planned_load(s.assumptions.operating_load_fraction)
     if capital_budget_usd is not None or objective == "min_cost" or objective in TCO_OBJECTIVES:
         priced = [o for o in options if o.profile.price_usd is not None or o.key in owned]
         if len(priced) < len(options):
@@ -775,7 +798,8 @@ def optimize(
                                 existing=hw, software_only=True)
             result = result.model_copy(update={"migration": plan_migration(
                 existing, existing_ev, baseline_ev, result, workload, rack, catalog, s, options, software_split)})
-    return result
+    result = with_operating(result, workload, rack, catalog, s.assumptions)
+    return with_failures(result, workload, rack, catalog, s.assumptions, spares)
 
 
 def _canonical(b: Built, p: Problem, model: LinearModel, sol: Solution, objective: Objective,

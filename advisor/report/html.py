@@ -24,6 +24,7 @@ from advisor.layouts import LAYOUT_COLORS, LAYOUT_NAMES, LAYOUTS, Outcome, best_
 from advisor.optimizer.compare import ChipVsRack, LayoutComparison, chip_vs_rack, compare_layouts
 from advisor.errors import InputError
 from advisor.operations import operating_thresholds
+from advisor.report.decisions import failure_rows, go_no_go, operating_glance
 from advisor.optimizer.groups import BUDGET_GROUPS
 from advisor.optimizer.optimize import OptimizeResult
 from advisor.optimizer.settings import OptimizerSettings
@@ -568,12 +569,18 @@ def operations(res: OptimizeResult, w: Workload, assumptions: ModelAssumptions, 
                       f"(M/M/{q.servers}); alert at {u_alert:.0%} load"},
             {"metric": f"Tool-call wait for a core, {tail_label}, queue {q.queue}", "scope": "scheduler / sandbox pool",
              "expected": secs(q.wait_tail_s), "alert": f"> {secs(wait_alert)}",
-             "basis": f"models.queueing.mmc_wait_quantile(c={q.servers}, λ={q.calls_per_s:.3f}/s, "
-                      f"call {q.mean_call_s:.2f} s) at {u:.0%} and at {u_alert:.0%} load"},
+             "basis": f"M/M/c wait quantile ({q.servers} call slots, {q.calls_per_s:.3f} calls/s, call "
+                      f"{q.mean_call_s:.2f} s) at {u:.0%} load; alert "
+                      + (f"at the workload's tool-wait target ({secs(q.wait_target_s)})" if q.wait_target_s
+                         else f"at the wait quantile at {u_alert:.0%} load")},
+            {"metric": f"Tool calls waiting for a core, queue {q.queue}", "scope": "scheduler / sandbox pool",
+             "expected": fmt(q.waiting_calls_mean, ".2f"), "alert": f"> {q.waiting_calls_alert:,}",
+             "basis": f"M/M/c queue length at the planned load: mean {q.waiting_calls_mean:.2f}; alert above its "
+                      f"{tail_label}"},
             {"metric": f"Sandbox start time, {tail_label}, queue {q.queue}", "scope": "sandbox runtime",
-             "expected": "pilot baseline", "alert": f"> baseline + {secs(wait_alert)}",
+             "expected": "pilot baseline", "alert": f"> baseline × {1 + headroom:g} + {secs(wait_alert)}",
              "basis": "the model has no sandbox start cost; a start waits for a core like a tool call, so alert "
-                      "when it grows by more than the core wait at alert load"},
+                      f"when it exceeds the baseline by the headroom ({headroom:.0%}) plus the core-wait alert"},
             {"metric": f"I/O wait share of core time, queue {q.queue}", "scope": "tool hosts",
              "expected": "≈ 0 (tools modelled CPU-bound)", "alert": f"> {q.iowait_share_alert:.0%}",
              "basis": f"I/O wait eats the {1 - u:.0%} headroom the queue has at {u:.0%} utilization; "
@@ -585,11 +592,11 @@ def operations(res: OptimizeResult, w: Workload, assumptions: ModelAssumptions, 
         g = t.gpu
         metrics += [
             {"metric": "GPU utilization (serving capacity in use)", "scope": "GPU servers", "expected": f"{g.utilization:.0%}",
-             "alert": f"> {g.utilization_alert:.0%}, or below {g.utilization:.0%} while arrivals are at plan",
+             "alert": f"> {g.utilization_alert:.0%}, or < {g.utilization_low_alert:.0%} while arrivals are at plan",
              "basis": f"pipeline model at the operating point ({ev.operating_point})"},
             {"metric": "GPU idle waiting on CPU tools (share of capacity)", "scope": "GPU servers",
              "expected": f"{g.idle_on_cpu_fraction:.0%}", "alert": f"> {g.idle_on_cpu_alert:.0%}",
-             "basis": "model gpu_idle_on_cpu_fraction: idle serving capacity attributed to tasks in CPU tool stages"},
+             "basis": "idle serving capacity at the operating point attributed to tasks in CPU tool stages"},
         ]
     if t.task_time:
         tt = t.task_time
@@ -675,9 +682,10 @@ def _scaled_config(res: OptimizeResult, counts: list[int]) -> Configuration:
 
 
 def pilot_plan(res: OptimizeResult, w: Workload, rack: Rack, cat: Catalog, racks: int,
-               assumptions: ModelAssumptions) -> list[dict]:
+               assumptions: ModelAssumptions, headroom: float = 0.5) -> list[dict]:
     """Staged roll-out: one GPU server with its share of CPU nodes, half a rack, one rack, the row; each stage's
-    expected throughput is the pipeline model's figure for exactly that slice."""
+    expected throughput is the pipeline model's figure for exactly that slice, with go/no-go criteria on the
+    monitored metrics from that slice's own thresholds (advisor/report/decisions.py)."""
     if not res.configuration or not res.servers:
         return []
     cfg = Configuration.model_validate(res.configuration)
@@ -699,7 +707,7 @@ def pilot_plan(res: OptimizeResult, w: Workload, rack: Rack, cat: Catalog, racks
     out = []
     for title, counts in stages:
         item = {"stage": title, "servers": [], "expected_tasks_per_hour": None, "gpu_utilization": None,
-                "bottleneck": None, "note": None}
+                "bottleneck": None, "note": None, "go_no_go": []}
         for g, n in zip(cfg.servers, counts):
             if n:
                 item["servers"].append(f"{n}× {g.chassis} ({g.cpu}" + (f", {g.gpus_per_server}× {g.gpu})" if g.gpu else ")"))
@@ -709,7 +717,8 @@ def pilot_plan(res: OptimizeResult, w: Workload, rack: Rack, cat: Catalog, racks
             else:
                 ev = evaluate(_scaled_config(res, counts), w, rack, cat, assumptions)
             item.update(expected_tasks_per_hour=ev.throughput_tasks_per_hour, bottleneck=ev.bottleneck,
-                        gpu_utilization=ev.utilization.get("gpu"))
+                        gpu_utilization=ev.utilization.get("gpu"),
+                        go_no_go=go_no_go(ev, w, assumptions, headroom))
         except InputError as e:
             item["note"] = f"model cannot evaluate this slice: {e}"
         out.append(item)
@@ -790,8 +799,8 @@ def report_inputs(request: ReportRequest | dict, catalog: Catalog | None,
 def solve_layouts(x: ReportInputs) -> tuple[LayoutComparison, OptimizeResult]:
     """The comparison of A, B and hybrid, and the answer the report recommends (the requested layout, else the
     best)."""
-    cmp = compare_layouts(x.w, x.rack, x.cat, time_limit_s=x.req.time_limit_s, **x.solve_kwargs(),
-                          **brownfield_kwargs(x.req))
+    cmp = compare_layouts(x.w, x.rack, x.cat, time_limit_s=x.req.time_limit_s, spares=x.req.spares,
+                          **x.solve_kwargs(), **brownfield_kwargs(x.req))
     chosen = x.req.layout or cmp.best_layout
     return cmp, next(r for r in cmp.results if r.layout == chosen)
 
@@ -863,6 +872,7 @@ def at_a_glance(x: ReportInputs, cmp: LayoutComparison, res: OptimizeResult, cap
         "operating_point": ev.operating_point if ev else None,
         "arrival_tasks_per_hour": ev.arrival_rate_tasks_per_hour if ev else None,
         "capital": cap, "infeasibility": [i.model_dump() for i in res.infeasibility],
+        "operating": operating_glance(res), "failures": failure_rows(res),
     }
 
 
@@ -909,7 +919,7 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
         "elevation": elevation(cat, res, rack, req.racks),
         "split": split, "charts": charts, "sweeps": sweeps, "cvr": cvr, "cvr_error": cvr_error,
         "story": layout_story(cmp, cat), "ops": ops, "risks": risks(res, cmp, sweeps, src, w),
-        "pilot": pilot_plan(res, w, rack, cat, req.racks, s.assumptions), "sources": src,
+        "pilot": pilot_plan(res, w, rack, cat, req.racks, s.assumptions, req.alert_headroom), "sources": src,
         "assumptions": [f for f in field_docs(s.assumptions) if f["name"] != "costs"],
         "optimizer_settings": [f for f in field_docs(s) if f["name"] not in ("assumptions", "time_limit_s")],
         "report_settings": [{"name": n, "value": getattr(req, n), "doc": f.description or ""}
