@@ -27,6 +27,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+START_TIMEOUT_S = 180.0
+"""A start that waits for the server's /healthz: generous, since on a shared 2-core machine under load one start
+took more than 60 s (a server that never answers still fails the test, only later)."""
+
+
 class Server:
     def __init__(self, workdir: Path, log_level: str = "warning", **settings):
         self.workdir, self.log_level = workdir, log_level
@@ -39,7 +44,7 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60.0) -> Server:
+    def start(self, timeout: float = START_TIMEOUT_S) -> Server:
         self.port = free_port()
         env = {k: v for k, v in os.environ.items() if not k.startswith("ADVISOR_")}
         env.update({f"ADVISOR_{k.upper()}": str(v) for k, v in self.settings.items()})
