@@ -53,7 +53,8 @@ class _SolveRequest(_Request):
     """Racks in the row, each with the profile's budgets."""
     solver: Literal["cbc", "ortools"] = "cbc"
     time_limit_s: float | None = Field(default=None, gt=0)
-    """Solver time limit in seconds (capped by the server's time_limit_cap_s; omitted: the cap)."""
+    """Wall-clock limit in seconds for the whole request, time queued for a worker included (capped by the
+    server's time_limit_cap_s; omitted: the cap)."""
     mip_gap: float | None = Field(default=None, ge=0, le=0.5)
     """Relative MIP gap at which the solver stops (omitted: the optimizer's default, OptimizerSettings.mip_gap)."""
     gpu_ids: list[str] | None = None
@@ -131,7 +132,7 @@ class ExportRequest(_Request):
     racks: int = Field(default=1, ge=1, le=MAX_RACKS)
     solver: Literal["cbc", "ortools"] = "cbc"
     time_limit_s: float | None = Field(default=None, gt=0)
-    """Solver time limit (capped by the server's time_limit_cap_s)."""
+    """Wall-clock limit for the whole request, all three layouts (capped by the server's time_limit_cap_s)."""
     alert_headroom: float = Field(default=0.5, gt=0, lt=1)
     """Alert thresholds sit this far from the model's value towards the metric's limit (as in reports)."""
     assumptions: ModelAssumptions | None = None
@@ -154,7 +155,8 @@ class ReportRequest(_Request):
     """Recommend the best of A, B and hybrid (the default when no layout is given)."""
     solver: Literal["cbc", "ortools"] = "cbc"
     time_limit_s: float = Field(default=30.0, gt=0)
-    """Solver time limit per layout."""
+    """Wall-clock limit for the whole report: the layout comparison (at most 70% of it), the sweeps and
+    chip-vs-rack share it (advisor/deadline.py)."""
     gpu_ids: list[str] | None = None
     """Only these GPU SKUs."""
     cpu_ids: list[str] | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from advisor.catalog import builtin_catalog, check_sku_ids, load_configuration, load_rack, load_workload
+from advisor.deadline import Deadline
 from advisor.errors import InputError
 from advisor.export import Artifact
 from advisor.export import export as export_artifact
@@ -91,24 +92,27 @@ def evaluate(req: EvaluateRequest, cat: Catalog) -> Evaluation:
 
 
 def optimize(req: OptimizeRequest, cat: Catalog, time_limit_s: float | None = None,
-             settings: OptimizerSettings | None = None) -> OptimizeResult:
+             settings: OptimizerSettings | None = None, deadline: Deadline | None = None) -> OptimizeResult:
     """One layout's answer. `time_limit_s` (a server's cap, already applied) overrides the request's own;
-    `settings` are the base optimizer settings (batch scenarios carry their own)."""
+    `settings` are the base optimizer settings (batch scenarios carry their own); `deadline`: the request's wall
+    clock when it started before this call (advisor/deadline.py)."""
     w, r, s = solve_inputs(cat, req, settings)
     return optimize_layout(w, r, cat, layout=req.layout, racks=req.racks, backend=req.solver,
                            time_limit_s=time_limit_s if time_limit_s is not None else req.time_limit_s,
                            objective=req.objective, required_tasks_per_hour=req.required_tasks_per_hour,
                            capital_budget_usd=req.capital_budget_usd, gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids,
                            settings=s, explain=req.explain, existing=req.existing, allow_removal=req.allow_removal,
-                           spares=req.spares)
+                           spares=req.spares, deadline=deadline)
 
 
-def compare(req: CompareRequest, cat: Catalog, time_limit_s: float | None = None) -> LayoutComparison:
+def compare(req: CompareRequest, cat: Catalog, time_limit_s: float | None = None,
+            deadline: Deadline | None = None) -> LayoutComparison:
     w, r, s = solve_inputs(cat, req)
     return compare_layouts(w, r, cat, racks=req.racks, backend=req.solver,
                            time_limit_s=time_limit_s if time_limit_s is not None else req.time_limit_s,
                            gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids, settings=s, explain=req.explain,
-                           existing=req.existing, allow_removal=req.allow_removal, spares=req.spares)
+                           existing=req.existing, allow_removal=req.allow_removal, spares=req.spares,
+                           deadline=deadline)
 
 
 def chip_vs_rack_ratio(req: ChipVsRackRequest, cat: Catalog, time_limit_s: float | None = None) -> ChipVsRack:
@@ -145,8 +149,8 @@ def export(req: ExportRequest, cat: Catalog, time_limit_s: float | None = None) 
     return art, solved
 
 
-def report(req: ReportRequest, cat: Catalog) -> tuple[str, dict]:
-    """The report's HTML and data."""
+def report(req: ReportRequest, cat: Catalog, deadline: Deadline | None = None) -> tuple[str, dict]:
+    """The report's HTML and data, within `deadline` if given (the request's clock)."""
     from advisor.report.html import render_report  # start-up cost: Jinja2 and the chart code, for reports only
 
-    return render_report(req, cat)
+    return render_report(req, cat, deadline=deadline)

@@ -39,6 +39,7 @@ BACKEND = VOLATILE | {
     "solver",  # the backend's name: what the cross-backend comparison varies
     "gap",  # the backend's own proof: CBC and SCIP stop with different bounds on the same answer (e.g. a row of
     #         racks: 4.5e-9 against 1.0e-9), and the gap is measured against the bound
+    "bound_tasks_per_hour",  # that bound itself (the status, which says whether the answer meets it, must match)
 }
 # Batch result columns left out: when and where the solve ran, and how long it took.
 BATCH_VOLATILE = {"solve_seconds", "started", "finished", "worker"}

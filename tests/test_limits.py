@@ -24,7 +24,6 @@ from advisor.solver.backends import solve
 from advisor.solver.linear import LinearModel
 from api_server import MINI, SLOW_REPORT, Server
 from models.config import Configuration
-from models.workload import Slo
 
 SOLVE_LIMIT_S = 60.0
 """Solver time limit of the cancelled solves: far longer than the test waits."""
@@ -113,17 +112,23 @@ def test_cancel_hooks_run_once_and_only_while_registered():
 
 
 def test_optimize_on_its_time_limit_returns_its_best_answer_with_gap():
-    # A binding tail-wait target on the built-in catalog's big rack does not prove optimal in 2 s (bench: slo
-    # section; on air-40kw the same target now proves optimal in well under a second).
+    # swe-agent with 20x the sandboxes and 3x the tool work on air-40kw: sandbox memory binds and the mixed-SKU
+    # memory model takes minutes to prove (tests/test_deadline.py). (The binding tail-wait target on liquid-130kw
+    # used here before now proves optimal within 2 s: the proven bound of the relaxed curves meets the answer.)
+    from test_deadline import hard_workload
+
+    from models.workload import Workload
+
     cat = builtin_catalog()
-    wl = cat.workloads["rl-rollout"].model_copy(update={"slo": Slo(tool_wait_p95_seconds=0.5)})
+    wl = Workload.model_validate(hard_workload())
     t = time.perf_counter()
-    res = optimize(wl, cat.racks["liquid-130kw"], cat, layout="hybrid", time_limit_s=2.0, explain=False)
+    res = optimize(wl, cat.racks["air-40kw"], cat, layout="b", time_limit_s=2.0, explain=False)
     assert time.perf_counter() - t < HONOURED_S
     assert res.status in ("time_limit", "feasible")
     assert res.gap is not None and res.gap > 0
+    assert res.bound_tasks_per_hour is not None and res.bound_tasks_per_hour > res.throughput_tasks_per_hour
     assert res.configuration is not None and res.throughput_tasks_per_hour > 0
-    ev = evaluate_configuration(res.configuration, wl, cat.racks["liquid-130kw"], cat)
+    ev = evaluate_configuration(res.configuration, wl, cat.racks["air-40kw"], cat)
     assert ev.throughput_tasks_per_hour == pytest.approx(res.throughput_tasks_per_hour, rel=1e-6)
 
 

@@ -591,12 +591,12 @@ def add_solve_routes(v1: APIRouter, st: AppState) -> None:
              description="Infeasible budgets are answered 200 with status `infeasible` and a diagnosis.")
     async def optimize_ep(req: OptimizeRequest, request: Request) -> OptimizeResult:
         return await st.pool.run(api_jobs.optimize_job, req, st.cap(req.time_limit_s),
-                                 disconnected=request.is_disconnected)
+                                 time.time() + st.cap(req.time_limit_s), disconnected=request.is_disconnected)
 
     @v1.post("/compare", response_model=LayoutComparison, tags=["solve"], operation_id="compare")
     async def compare_ep(req: CompareRequest, request: Request) -> LayoutComparison:
         return await st.pool.run(api_jobs.compare_job, req, st.cap(req.time_limit_s),
-                                 disconnected=request.is_disconnected)
+                                 time.time() + st.cap(req.time_limit_s), disconnected=request.is_disconnected)
 
     @v1.post("/chip-vs-rack", response_model=ChipVsRack, tags=["solve"], operation_id="chipVsRack")
     async def chip_vs_rack_ep(req: ChipVsRackRequest, request: Request) -> ChipVsRack:
@@ -637,7 +637,8 @@ def add_report_routes(v1: APIRouter, st: AppState) -> None:
                                                                settings.time_limit_cap_s),
                                      "sweep_budget_s": min(req.sweep_budget_s, settings.report_sweep_budget_s)})
 
-        html, data = await st.pool.run(api_jobs.report_job, req, disconnected=request.is_disconnected)
+        html, data = await st.pool.run(api_jobs.report_job, req, time.time() + req.time_limit_s,
+                                       disconnected=request.is_disconnected)
         rec = await anyio.to_thread.run_sync(st.store.put, req.model_dump(mode="json"), data, html)
         url, json_url = report_urls(rec.id)
         return ReportCreated(id=rec.id, url=url, json_url=json_url, created=rec.created)

@@ -244,7 +244,7 @@ def compare_cmd(
     rack: str = RACK_OPT,
     racks: int = typer.Option(1, "--racks", min=1),
     solver: SolverOpt = typer.Option(SolverOpt.cbc, "--solver"),
-    time_limit: float = typer.Option(60.0, "--time-limit", min=1, help="Seconds per layout."),
+    time_limit: float = typer.Option(60.0, "--time-limit", min=1, help="Seconds for the whole comparison (all three layouts)."),
     gpus: list[str] | None = typer.Option(None, "--gpu", help="Only these GPU SKUs (repeat)."),
     cpus: list[str] | None = typer.Option(None, "--cpu", help="Only these CPU SKUs (repeat)."),
     spares: int = SPARES_OPT,

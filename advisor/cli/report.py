@@ -65,7 +65,7 @@ def register(app: typer.Typer) -> None:
         layout: _Layout | None = typer.Option(None, "--layout", help="Recommend this layout (default: the best)."),
         compare: bool = typer.Option(False, "--compare", help="Recommend the best of A, B and hybrid (default).", metavar=""),
         solver: _Solver = typer.Option(_Solver.cbc, "--solver"),
-        time_limit: float = typer.Option(30.0, "--time-limit", min=1, help="Seconds per layout."),
+        time_limit: float = typer.Option(30.0, "--time-limit", min=1, help="Seconds for the whole report (comparison, sweeps, chip-vs-rack)."),
         no_sensitivity: bool = typer.Option(False, "--no-sensitivity", help="Skip the sensitivity sweeps (faster).", metavar=""),
         spares: int = typer.Option(0, "--spares", min=0, help="Spare servers per pool in every rack."),
         catalog_dir: Path | None = typer.Option(None, "--catalog", help="Catalog folder instead of the built-in one."),
@@ -78,6 +78,9 @@ def register(app: typer.Typer) -> None:
                                            "removed."),
     ) -> None:
         """Write a self-contained HTML recommendation report (open it in any browser; prints on A4/Letter)."""
+        from advisor.deadline import Deadline
+
+        clock = Deadline(time_limit)  # the whole command, imports included
         from advisor import service
         from advisor.catalog import builtin_catalog, load_catalog, load_configuration
         from advisor.requests import ReportRequest
@@ -93,7 +96,7 @@ def register(app: typer.Typer) -> None:
             cat = load_catalog(catalog_dir) if catalog_dir else builtin_catalog()
             what = "rendering the report" + ("" if no_sensitivity else " (optimizing, then the sensitivity sweeps)")
             with progress(what, quiet):
-                html, data = service.report(req, cat)
+                html, data = service.report(req, cat, deadline=clock)
         try:
             output.write_text(html, encoding="utf-8")
             if json_out:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from advisor.deadline import Deadline
 from advisor.optimizer.migration import NotACandidate
 from advisor.optimizer.optimize import MATERIAL_GAIN, OptimizeResult, not_a_candidate_result, optimize
 from advisor.optimizer.settings import OptimizerSettings
@@ -24,20 +25,32 @@ class LayoutComparison(Frozen):
     summary: str
 
 
-def compare_layouts(workload: Workload, rack: Rack, catalog: Catalog, **kw) -> LayoutComparison:
+def compare_layouts(workload: Workload, rack: Rack, catalog: Catalog, deadline: Deadline | None = None,
+                    **kw) -> LayoutComparison:
+    """A, B and hybrid on the same input. `time_limit_s` (or the settings') is for the whole comparison: each layout
+    gets an equal share of what is left when it starts (advisor/deadline.py), within `deadline` if given."""
     results: list = []
-    for lay in LAYOUTS:
+    limit = kw.pop("time_limit_s", None) or (kw.get("settings") or OptimizerSettings()).time_limit_s
+    clock = Deadline(limit, parent=deadline)
+    for i, lay in enumerate(LAYOUTS):
         try:
-            res = optimize(workload, rack, catalog, layout=lay, **kw)
+            res = optimize(workload, rack, catalog, layout=lay, deadline=clock.share(len(LAYOUTS) - i), **kw)
         except NotACandidate as e:  # owned servers this layout cannot hold (a CPU tier in layout a or b)
             res = not_a_candidate_result(lay, kw.get("backend", "cbc"), str(e))
         prev = results[-1] if results else None
         if (kw.get("objective", "max_throughput") == "max_throughput" and prev is not None
                 and prev.throughput_tasks_per_hour > res.throughput_tasks_per_hour * (1 + MATERIAL_GAIN)):
             # Each layout relaxes the one before, so the previous answer is valid here too. optimize() checks this
-            # itself, unless its time ran out first (status time_limit): keep the comparison monotone anyway.
+            # itself, unless its time ran out first (status time_limit): keep the comparison monotone anyway. Its
+            # status is this layout's: proven only if it meets this layout's own bound.
+            bound = res.bound_tasks_per_hour
+            x = prev.throughput_tasks_per_hour
+            proven = bound is not None and x >= bound * (1 - 2e-6) and prev.status == "optimal"
             res = prev.model_copy(update={
-                "layout": lay, "warnings": prev.warnings + [
+                "layout": lay, "bound_tasks_per_hour": bound,
+                "status": "optimal" if proven else ("time_limit" if res.status == "time_limit" else "feasible"),
+                "gap": None if bound is None else max(0.0, (bound - x) / max(1e-9, x)),
+                "warnings": prev.warnings + [
                     f"layout {lay}'s own search ({res.status}, {res.throughput_tasks_per_hour:,.0f} tasks/h) ended "
                     f"below layout {prev.layout}'s answer, which is also valid for {lay}; that answer is shown"]})
         results.append(res)

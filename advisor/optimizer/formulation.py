@@ -4,13 +4,12 @@ Variables (X in tasks per hour):
   n[r,o]   integer  servers of option o in rack r
   X        cont.    end-to-end tasks per hour of the whole mix
   y[o,q]   cont.    cores of option o (all racks) given to tool queue q
-  w[g]     binary   GPU SKU g is the one in use (only when a sandbox-memory limit makes the SKU matter)
-  z[q,s]   binary   tool queue q runs on CPU SKU s (same condition)
-  xg[g], xs[q,s] cont. throughput routed through GPU SKU g / through CPU SKU s in queue q
+  xg[g], xs[q,s] cont. throughput routed through GPU SKU g / through CPU SKU s in queue q (only when a
+                 sandbox-memory limit makes the SKU matter; the routing is kept within utilization bands)
   k[r]     integer  top-of-rack switches in rack r (only when the rack names a tor_switch)
 Groups: power, power_feed, cooling_air, cooling_liquid, space, weight, network_ports (per rack), gpu_serving,
 gpu_compute, orchestration, engine_cores (the serving engine's host-core floor), tool_cores:<q>, slo:<q> (tail-wait
-capacity curve), sandbox_memory:<q>, sandbox_disk:<q>, io_bandwidth:<q>, core_split, sku_choice, capital,
+capacity curve), sandbox_memory:<q>, sandbox_disk:<q>, io_bandwidth:<q>, core_split, sku_routing, capital,
 required_throughput, gpu_first, fixed_servers (brownfield: servers the user owns) (registered in advisor/optimizer/groups.py). docs/model.md states each in math. A
 rack-scale system is one option (one chassis made by RackSystem.as_chassis), so n[r,o] counts whole systems.
 GPU serving capacity per server counts whole model replicas (models.performance.GpuServing.replicas): each option
@@ -76,6 +75,13 @@ class Problem:
     """The rack's top-of-rack switch (`models.rack_physics.rack_switch`); None: the rack names none."""
     fixed: FixedServers | None = None
     """Servers the user owns (brownfield); None: a greenfield rack."""
+    slo_relaxed: bool = False
+    """Tail-wait curves at the fastest candidate core speed for every core (a relaxation, for a proven bound where
+    the curves at the slowest speed of a mix are conservative)."""
+    bands: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Utilization bands of the memory-coupled routing (`sku_routing`): "gpu" for the GPU pool, "q<i>" for tool
+    queue i; missing keys are (0, 1). The spatial branch and bound of advisor/optimizer/optimize.py
+    (`_solve_coupled`) narrows them."""
 
     def __post_init__(self) -> None:
         if not self.queue_names:
@@ -358,53 +364,110 @@ def build(p: Problem, memory: bool = True) -> Built:
         add_slo_curves(m, p, y, x, count)
 
     if needs_choice:
-        gpu_ids = sorted(p.servings)
-        cpu_ids = sorted({o.profile.cpu.id for o in p.options})
-        if has_llm and gpu_ids:
-            w_ = {g: m.var(safe_name(f"w_{g}"), 0, 1, integer=True) for g in gpu_ids}
-            xg = {g: m.var(safe_name(f"xg_{g}"), 0, None) for g in gpu_ids}
-            m.add("one_gpu_sku", "sku_choice", dict.fromkeys(w_.values(), 1.0), "<=", 1.0)
-            m.add("gpu_flow", "sku_choice", {**{v: 1.0 for v in xg.values()}, x: -1.0}, "==", 0.0)
-            for g in gpu_ids:
-                m.add(safe_name(f"gpu_flow_{g}"), "sku_choice", {xg[g]: 1.0, w_[g]: -x_ub}, "<=", 0.0)
-                for (_, i), v in n.items():
-                    if p.options[i].serving_key == g:
-                        m.add(f"gpu_sku_n_{v}", "sku_choice", {v: 1.0, w_[g]: -m.vars[v].ub}, "<=", 0.0)
-        for qi, qname in enumerate(p.queue_names):
-            if not holds(qi):
-                continue
-            z = {s: m.var(safe_name(f"z_q{qi}_{s}"), 0, 1, integer=True) for s in cpu_ids}
-            xs = {s: m.var(safe_name(f"xs_q{qi}_{s}"), 0, None) for s in cpu_ids}
-            m.add(f"one_cpu_sku_q{qi}", "sku_choice", dict.fromkeys(z.values(), 1.0), "<=", 1.0)
-            m.add(f"cpu_flow_q{qi}", "sku_choice", {**{v: 1.0 for v in xs.values()}, x: -1.0}, "==", 0.0)
-            for s in cpu_ids:
-                m.add(safe_name(f"cpu_flow_q{qi}_{s}"), "sku_choice", {xs[s]: 1.0, z[s]: -x_ub}, "<=", 0.0)
-            for (i, q2), v in y.items():
-                if q2 == qi:
-                    o = p.options[i]
-                    big = o.profile.tool_cores * sum(m.vars[c].ub for c in count[i])
-                    m.add(f"cpu_sku_{v}", "sku_choice", {v: 1.0, z[o.profile.cpu.id]: -big}, "<=", 0.0)
-            for kind, per_core, cg, cs, cd in (("memory", "memory_per_core_gb", mem_g, mem_s, mem_d),
-                                               ("disk", "disk_per_core_gb", disk_g, disk_s, disk_d)):
-                if not (cd[qi] > 0 or any(cg[qi].values()) or any(cs[qi].values())):
-                    continue
-                terms: dict[str, float] = {y[i, q2]: -getattr(p.options[i].profile, per_core) for (i, q2) in y
-                                           if q2 == qi}
-                for g, coef in cg[qi].items():
-                    if coef and has_llm:
-                        terms[xg[g]] = coef / HOUR_S
-                for s, coef in cs[qi].items():
-                    if coef:
-                        terms[xs[s]] = coef / HOUR_S
-                if cd[qi]:
-                    terms[x] = terms.get(x, 0.0) + cd[qi] / HOUR_S
-                m.add(safe_name(f"sandbox_{kind}_{qname}"), f"sandbox_{kind}:{qname}", terms, "<=", 0.0)
+        add_sku_routing(m, p, n, y, u, x, count, has_llm, work,
+                        [("memory", "memory_per_core_gb", mem_g, mem_s, mem_d),
+                         ("disk", "disk_per_core_gb", disk_g, disk_s, disk_d)])
 
     if p.required_tasks_per_hour is not None:
         m.add("required_throughput", "required_throughput", {x: 1.0}, ">=", p.required_tasks_per_hour)
     m.objective = {x: 1.0}
     m.maximize = True
     return Built(m, n, y, x, needs_choice, x_ub, u, k, rem)
+
+
+def routing_dims(p: Problem) -> list[str]:
+    """The utilization bands that matter: "gpu" when GPU servers of more than one serving setup are candidates,
+    "q<i>" when tool queue i holds sandbox memory or disk and has candidate cores of more than one CPU SKU. With one
+    SKU the routing is forced (everything goes through it) and the band adds nothing."""
+    _, mem_g, mem_s, _ = _queue_coeffs(p)
+    _, disk_g, disk_s, _ = _queue_coeffs(p, "sandbox_disk_gb")
+    dims = []
+    keys = {o.serving_key for o in p.options if o.profile.gpus and o.serving_key in p.servings}
+    if len(keys) > 1 and any(any(mg.values()) for mg in mem_g + disk_g):
+        dims.append("gpu")
+    cpus = {o.profile.cpu.id for o in p.options if o.profile.tool_cores > 0}
+    for qi in range(len(p.partition)):
+        if len(cpus) > 1 and (any(mem_s[qi].values()) or any(disk_s[qi].values())):
+            dims.append(f"q{qi}")
+    return dims
+
+
+def add_sku_routing(m: LinearModel, p: Problem, n, y, u, x: str, count, has_llm: bool, work,
+                    held: list[tuple]) -> None:
+    """sku_routing, sandbox_memory:<q> and sandbox_disk:<q> (docs/model.md section 9.3). `held`: per resource a
+    live task holds, (name, per-core field of the profile, GB-s per task by GPU setup, by CPU SKU, fixed).
+
+    The evaluator routes calls over GPU serving setups (and tool calls over a queue's CPU SKUs) in proportion to
+    their capacity: every setup runs at the pool's utilization rho. The sandbox memory a task holds depends on that
+    routing (a faster setup's calls are shorter), so the exact constraint is bilinear (flow_g = rho cap_g). Here the
+    flows are free within a band: lo cap_g <= flow_g <= hi cap_g with the band (lo, hi) from `p.bands` (default
+    (0, 1)). Every real configuration whose utilization lies in the band is feasible with its own proportional
+    flows, so the model is a relaxation of the evaluator on that band (mixed SKUs included); as the band narrows
+    the flows are forced to the proportional ones. advisor/optimizer/optimize.py (`_solve_coupled`) branches on
+    the bands until the relaxation's bound meets an evaluated answer.
+
+    For the bound to be reachable, a flexible GPU server's serving capacity is its actual one: s_o equals the
+    orchestration cores' capacity (fewer orchestration cores than the GPUs use are allowed, more are pointless) or,
+    without an orchestration limit, the GPUs' capacity."""
+    gpu_ids = sorted(p.servings)
+    xg: dict[str, str] = {}
+    if has_llm and gpu_ids:
+        lo, hi = p.bands.get("gpu", (0.0, 1.0))
+        cap: dict[str, dict[str, float]] = {g: {} for g in gpu_ids}
+        for (_, i), v in n.items():
+            o = p.options[i]
+            if o.profile.gpus and not o.flexible_orchestration and o.serving_key in cap \
+                    and o.profile.serving_tasks_per_s > 0:
+                cap[o.serving_key][v] = o.profile.serving_tasks_per_s * HOUR_S
+        for i, o in enumerate(p.options):
+            sv = f"s_o{i}"
+            if sv not in m.vars or o.serving_key not in cap:
+                continue
+            cap[o.serving_key][sv] = 1.0
+            if i in u:
+                m.add(f"serving_exact_o{i}", "sku_routing",
+                      {sv: 1.0, u[i]: -o.profile.orchestration_tasks_per_core_s * HOUR_S}, "==", 0.0)
+            else:
+                m.add(f"serving_exact_o{i}", "sku_routing",
+                      {sv: 1.0, **{v: -o.profile.gpu_tasks_per_s * HOUR_S for v in count[i]}}, "==", 0.0)
+        xg = {g: m.var(safe_name(f"xg_{g}"), 0, None) for g in gpu_ids}
+        m.add("gpu_flow", "sku_routing", {**{v: 1.0 for v in xg.values()}, x: -1.0}, "==", 0.0)
+        for g in gpu_ids:
+            m.add(safe_name(f"gpu_route_hi_{g}"), "sku_routing",
+                  {xg[g]: 1.0, **{k: -hi * a for k, a in cap[g].items()}}, "<=", 0.0)
+            if lo > 0:
+                m.add(safe_name(f"gpu_route_lo_{g}"), "sku_routing",
+                      {xg[g]: 1.0, **{k: -lo * a for k, a in cap[g].items()}}, ">=", 0.0)
+    cpu_ids = sorted({o.profile.cpu.id for o in p.options})
+    for qi, qname in enumerate(p.queue_names):
+        per_sku = any(any(cs[qi].values()) for _, _, _, cs, _ in held)
+        xs: dict[str, str] = {}
+        if per_sku and work[qi] > 0:
+            lo, hi = p.bands.get(f"q{qi}", (0.0, 1.0))
+            xs = {s_: m.var(safe_name(f"xs_q{qi}_{s_}"), 0, None) for s_ in cpu_ids}
+            m.add(f"cpu_flow_q{qi}", "sku_routing", {**{v: 1.0 for v in xs.values()}, x: -1.0}, "==", 0.0)
+            for s_ in cpu_ids:
+                qcap = {y[i, q2]: p.options[i].profile.per_core_perf for (i, q2) in y
+                        if q2 == qi and p.options[i].profile.cpu.id == s_}
+                m.add(safe_name(f"cpu_route_hi_q{qi}_{s_}"), "sku_routing",
+                      {xs[s_]: work[qi] / HOUR_S, **{k: -hi * a for k, a in qcap.items()}}, "<=", 0.0)
+                if lo > 0:
+                    m.add(safe_name(f"cpu_route_lo_q{qi}_{s_}"), "sku_routing",
+                          {xs[s_]: work[qi] / HOUR_S, **{k: -lo * a for k, a in qcap.items()}}, ">=", 0.0)
+        for kind, per_core, cg, cs, cd in held:
+            if not (cd[qi] > 0 or any(cg[qi].values()) or any(cs[qi].values())):
+                continue
+            terms: dict[str, float] = {y[i, q2]: -getattr(p.options[i].profile, per_core) for (i, q2) in y
+                                       if q2 == qi}
+            for g, coef in cg[qi].items():
+                if coef and g in xg:
+                    terms[xg[g]] = coef / HOUR_S
+            for s_, coef in cs[qi].items():
+                if coef and s_ in xs:
+                    terms[xs[s_]] = coef / HOUR_S
+            if cd[qi]:
+                terms[x] = terms.get(x, 0.0) + cd[qi] / HOUR_S
+            m.add(safe_name(f"sandbox_{kind}_{qname}"), f"sandbox_{kind}:{qname}", terms, "<=", 0.0)
 
 
 def slo_queues(p: Problem) -> list[tuple[int, str, list[float], list[QueueCalls]]]:
@@ -429,6 +492,8 @@ def add_slo_curves(m: LinearModel, p: Problem, y, x: str, count) -> None:
     mix, exact for one speed). One binary per (level, segment); exactly one is set."""
     s = p.settings
     for qi, qname, speeds, qcs in slo_queues(p):
+        if p.slo_relaxed:
+            speeds, qcs = speeds[-1:], qcs[-1:]
         opts = [i for (i, q2) in y if q2 == qi]
         if not opts:
             continue
@@ -465,7 +530,7 @@ def add_slo_curves(m: LinearModel, p: Problem, y, x: str, count) -> None:
         m.add(f"slo_segment_{tag}", f"slo:{qname}", pick, "==", 1.0)
         m.add(f"slo_link_{tag}", f"slo:{qname}", link, "==", 0.0)
         m.add(f"slo_{tag}", f"slo:{qname}", rate, "<=", 0.0)
-        for i in opts:  # cores only from servers at least as fast as the chosen level
+        for i in (opts if not p.slo_relaxed else []):  # cores only from servers at least as fast as the level
             allowed = {h: 1.0 for li, on in enumerate(level_on) if speeds[li] <= p.options[i].profile.per_core_perf
                        for h in on}
             if len(allowed) < len(pick):

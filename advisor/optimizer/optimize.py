@@ -9,6 +9,10 @@ from typing import Literal
 
 from pydantic import Field
 
+from advisor.deadline import Deadline
+from advisor.optimizer.certificate import Certificate
+from advisor.optimizer.certificate import ceiling_tasks_per_hour
+from advisor.optimizer.certificate import search as local_search
 from advisor.optimizer.groups import BUDGET_GROUPS, BUDGET_UNITS
 from advisor.optimizer.formulation import (Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound,
                                  power_terms, slo_queues)
@@ -127,6 +131,13 @@ class OptimizeResult(Frozen):
     warnings: list[str] = Field(default_factory=list)
     migration: Migration | None = None
     """Brownfield (`existing`): ordered steps from the owned configuration to this one."""
+    bound_tasks_per_hour: float | None = None
+    """Max-throughput objectives: a proven upper bound on the throughput of any answer over the partitions tried
+    (None when none is proven, e.g. when the time limit stopped a search). `optimal` means the throughput reaches
+    it within the requested gap."""
+    certificate: Certificate | None = None
+    """Local search around the answer (advisor/optimizer/certificate.py): neighbours checked and the best gain
+    among them."""
 
 
 def partitions(workload: Workload, layout: Layout, servings: dict | None = None) -> list[list[list[str]]]:
@@ -210,23 +221,8 @@ def _fix(model: LinearModel, name: str, terms: dict[str, float], sense: str, rhs
     return m
 
 
-class _Clock:
-    """The whole optimization's time budget. Loops stop starting new solves once it is spent; a solve already
-    due gets at least MIN_SOLVE_S so that it can return its best solution so far."""
-
-    MIN_SOLVE_S = 1.0
-
-    def __init__(self, limit: float):
-        self.t0, self.limit = time.perf_counter(), limit
-
-    def remaining(self) -> float:
-        return self.limit - (time.perf_counter() - self.t0)
-
-    def expired(self) -> bool:
-        return self.remaining() <= 0
-
-    def left(self) -> float:
-        return max(self.MIN_SOLVE_S, self.remaining())
+_Clock = Deadline
+"""The whole optimization's time budget (advisor/deadline.py): loops stop starting new solves once it is spent."""
 
 
 def tie_break_objective(b: Built, p: Problem) -> dict[str, float]:
@@ -329,7 +325,7 @@ def _lexicographic(model: LinearModel, b: Built, backend: str, s: OptimizerSetti
         return first, m
     sol, cur = first, m
     for name, objective, maximize in stages[1:]:
-        if clock.expired():
+        if clock.no_time():
             break
         if not objective:  # nothing to rank by (no prices): the next stage keeps this one's window
             continue
@@ -475,6 +471,7 @@ def _configuration(b: Built, p: Problem, sol: Solution, layout: Layout) -> tuple
         if i in b.u:
             orch_per_gpu = max(0.0, sol.values.get(b.u[i], 0.0)) / (totals[i] * o.profile.gpus)
             orch_per_gpu = min(orch_per_gpu, o.profile.cores / o.profile.gpus)
+            orch_per_gpu = 0.0 if orch_per_gpu < 1e-9 else orch_per_gpu  # solver noise (the model takes >= 1e-9)
         tool_cores = o.profile.cores - orch_per_gpu * o.profile.gpus if i in b.u else o.profile.tool_cores
         qc = {}
         for qi, qn in enumerate(p.queue_names):
@@ -562,7 +559,7 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
         label_unit = "kW" if unit == "W" else unit
         takes = None
         cons = [c for c in b.model.constraints if c.group == g]
-        if explain_resolve and x_best > 0 and cons[0].rhs > 0:
+        if explain_resolve and x_best > 0 and cons[0].rhs > 0 and not clock.no_time():
             m = LinearModel("what_if", _without_count_bounds(b),
                             [c if c.group != g else type(c)(c.name, c.group, c.terms, c.sense, c.rhs * 1.1)
                              for c in b.model.constraints], {b.x: 1.0}, True)
@@ -605,26 +602,37 @@ def optimize(
     software_only: bool = False,
     _plan: bool = True,
     spares: int = 0,
+    certify: bool = True,
+    deadline: Deadline | None = None,
 ) -> OptimizeResult:
     """`existing`: the servers the user owns stay in the answer (brownfield; advisor/optimizer/migration.py), or
     with `allow_removal` may go at their salvage value; the answer then carries a migration plan.
     `software_only`: exactly the owned servers, only their core split optimized.
-    `spares`: servers of each kind held back (advisor/optimizer/failures.py)."""
+    `spares`: servers of each kind held back (advisor/optimizer/failures.py).
+    `certify`: run the local-search certificate on the answer (internal sub-solves leave it to the caller).
+    `deadline`: the request's clock (advisor/deadline.py); this call ends by it and by its own time limit."""
     owned_kw = dict(existing=existing, allow_removal=allow_removal) if existing is not None else {}
+    if objective == "max_operating_throughput" or spares > 0:
+        # the wrappers solve several times: one clock for all of them
+        deadline = Deadline(time_limit_s or (settings or OptimizerSettings()).time_limit_s, parent=deadline)
     if objective == "max_operating_throughput":  # advisor/optimizer/operating.py
         return optimize_operating(optimize, workload, rack, catalog, layout=layout, racks=racks,
                                   backend=backend, time_limit_s=time_limit_s,
                                   required_tasks_per_hour=required_tasks_per_hour,
                                   capital_budget_usd=capital_budget_usd, gpu_ids=gpu_ids, cpu_ids=cpu_ids,
-                                  settings=settings, explain=explain, spares=spares, **owned_kw)
+                                  settings=settings, explain=explain, spares=spares, certify=certify,
+                                  deadline=deadline, **owned_kw)
     if spares > 0:  # advisor/optimizer/failures.py
         return optimize_with_spares(optimize, workload, rack, catalog, spares, layout=layout, racks=racks,
                                     backend=backend, time_limit_s=time_limit_s, objective=objective,
                                     required_tasks_per_hour=required_tasks_per_hour,
                                     capital_budget_usd=capital_budget_usd, gpu_ids=gpu_ids, cpu_ids=cpu_ids,
-                                    settings=settings, explain=explain, **owned_kw)
+                                    settings=settings, explain=explain, certify=certify, deadline=deadline,
+                                    **owned_kw)
     s = settings or OptimizerSettings()
-    clock = _Clock(time_limit_s or s.time_limit_s)
+    full = Deadline(time_limit_s or s.time_limit_s, parent=deadline)
+    # the search leaves the certificate its share of the clock
+    clock = Deadline(full.limit * (1 - s.certificate_time_share), parent=full) if certify else full
     t0 = time.perf_counter()
     switch = rack_switch(rack, catalog)
     options, servings = enumerate_options(
@@ -692,14 +700,17 @@ def optimize(
     if racks > 1 and objective == "max_throughput" and fixed is None:
         # R copies of the best single rack are a valid answer for R identical racks; the row search must beat it.
         single = optimize(workload, rack, catalog, layout=layout, racks=1, backend=backend,
-                          time_limit_s=max(1.0, clock.remaining() / 3), objective=objective,
+                          deadline=clock.share(3), objective=objective,
                           capital_budget_usd=None, gpu_ids=gpu_ids, cpu_ids=cpu_ids, settings=settings,
-                          explain=False) if capital_budget_usd is None else None
+                          explain=False, certify=False) if capital_budget_usd is None else None
+    proven_ub: float | None = 0.0  # largest proven bound over the partitions tried (None: some unknown)
     for pi, part in enumerate(partitions(workload, layout, servings)):
         if pi > 0 and best is not None and not best[5]:
             break  # without memory or tail limits in play one shared queue is never worse than split ones
-        if pi > 0 and clock.expired():
+        if pi > 0 and clock.no_time():
+            proven_ub = None  # partitions left untried
             break
+        part_ub: float | None = None
         p = Problem(workload, rack, racks, capacity_options, servings, part, capital_budget_usd,
                     required_tasks_per_hour, operating_tasks_per_hour=operating_tasks_per_hour, settings=s,
                     switch=switch, fixed=fixed)
@@ -708,32 +719,33 @@ def optimize(
         memory = False
         coupled = False
         for it in range(s.slo_iterations):
-            if it > 0 and clock.expired():
+            if it > 0 and clock.no_time():
                 break
             p.options = options if memory else capacity_options
-            b = build(p, memory=memory)
-            solved = b.model
-            if racks > 1 and fixed is None:  # owned servers make the racks differ: no rack patterns
-                sol, solved, notes = _solve_row(b, p, layout, objective, backend, s, clock, memory)
-            else:
-                sol, solved, notes = _solve_stages(b, p, layout, objective, backend, s, clock)
-            sol = _canonical(b, p, solved, sol, objective, s)
+            # With memory (and no tail-wait curves) the routing over mixed SKUs is solved by branch and bound on
+            # utilization bands; every other stage is one solve. ub: a proven bound on X where the stage's model
+            # is a relaxation of the evaluator (None where it is not, or unknown).
+            nodes, ub = _solve_coupled(p, layout, objective, backend, s, clock, racks, memory)
+            key, pn, b, sol, notes, ev, _ = nodes[0]
+            if p.slo_curves and _slo_mixed_speeds(p) and objective == "max_throughput":
+                # the curves assume the slowest speed of a mix: conservative, not a relaxation; the bound comes
+                # from the same model with every core at the fastest speed
+                ub = _slo_relaxed_bound(p, layout, backend, s, clock, racks, memory)
+            if objective == "max_throughput" and ub is not None:
+                part_ub = ub if part_ub is None else min(part_ub, ub)
             if not sol.has_solution or b.x not in sol.values:
                 if best is None or (best[0][0] < 0 and not best[3].has_solution):
                     best = ((-1.0, 0.0), replace(p), b, sol, notes, coupled, None)
                 break
-            ev = _evaluate_solution(b, p, sol, layout, s)
             x_mip = sol.values[b.x]
             x_eval = ev.throughput_tasks_per_hour if ev is not None else 0.0
-            power = sum(a * sol.values.get(k, 0.0) for k, a in power_terms(b, p).items())
             # Every candidate is judged by what the evaluator says it delivers (and, for cost objectives, costs).
-            key = (x_eval, -power) if objective == "max_throughput" else _cost_key(ev, objective, p, power, sol, b)
             # on a tie (within solver precision), the solve with the tail-wait curves wins: its prediction is the
             # evaluated figure, while the relaxation's prediction ignores the target
             tie = (p.slo_curves and objective == "max_throughput" and best is not None
                    and key[0] >= best[0][0] * (1 - s.throughput_tie_tolerance))
             if best is None or key > best[0] or tie:
-                best = (key, replace(p), b, sol, notes, False, ev)
+                best = (key, replace(pn), b, sol, notes, False, ev)
             if ev is None:
                 break
             short = [bd for bd in ev.bounds if bd.tasks_per_hour < x_mip * (1 - 1e-7)]
@@ -754,7 +766,18 @@ def optimize(
         if best is not None and best[1].partition == part:
             best = (*best[:5], coupled, best[6])
         any_coupled = any_coupled or coupled
+        proven_ub = None if (proven_ub is None or part_ub is None) else max(proven_ub, part_ub)
     _, p, b, sol, notes, _, ev_best = best
+    if objective == "max_throughput" and sol.has_solution and b.x in sol.values:
+        _label(sol, ev_best.throughput_tasks_per_hour if ev_best is not None else 0.0, proven_ub, s, clock,
+               s.throughput_tie_tolerance * b.x_upper)
+    elif (sol.has_solution and p.required_tasks_per_hour is not None and ev_best is not None
+          and ev_best.throughput_tasks_per_hour < p.required_tasks_per_hour * (1 - 1e-6)):
+        # The cost objectives solve relaxations where memory couples the SKUs: their optimum is a bound, proven
+        # only when the evaluator confirms the answer delivers what is required.
+        sol.status, sol.gap = "feasible", None
+        notes = notes + [f"the evaluator gives {ev_best.throughput_tasks_per_hour:,.1f} tasks/h, below the "
+                         f"{p.required_tasks_per_hour:,.1f} required: not proven (sandbox memory couples the SKUs)"]
     notes = warnings_pre + notes
     # Shadow prices and +10% re-solves speak of throughput; for a cost objective they would answer another question.
     too_small = None
@@ -766,26 +789,34 @@ def optimize(
         too_small = _too_small_diagnosis(every, rack, catalog)
     result = _result(p, b, sol, notes, layout, backend, s, clock, t0, explain and objective == "max_throughput",
                      ev_best, too_small)
+    bound = proven_ub if objective == "max_throughput" else None
+    budget = s.throughput_tie_tolerance * b.x_upper
+    result = result.model_copy(update={"bound_tasks_per_hour": bound})
     if racks > 1 and single is not None and single.configuration:
-        rep = _replicate(single, racks, p, layout, backend, s, t0)
+        rep = _replicate(single, racks, p, layout, backend, s, t0, options)
         if rep is not None and rep.throughput_tasks_per_hour > result.throughput_tasks_per_hour * (1 + MATERIAL_GAIN):
-            result = rep
-    if any_coupled and layout in RELAXES and objective == "max_throughput":
-        # Memory or tail-wait limits made the search heuristic: an answer of the layout this one relaxes is also
+            result = _relabel(rep, bound, s, clock, budget)
+    proven = objective == "max_throughput" and _proven(result.throughput_tasks_per_hour, bound, s, budget)
+    if any_coupled and layout in RELAXES and objective == "max_throughput" and not proven and not clock.no_time():
+        # Memory or tail-wait limits left the search unproven: an answer of the layout this one relaxes is also
         # an answer here, so never return less than it (keeps hybrid >= B >= A).
         try:
             sub = optimize(workload, rack, catalog, layout=RELAXES[layout], racks=racks, backend=backend,
-                           time_limit_s=max(1.0, clock.remaining()), objective=objective,
+                           deadline=clock, objective=objective,
                            required_tasks_per_hour=required_tasks_per_hour, capital_budget_usd=capital_budget_usd,
                            gpu_ids=gpu_ids, cpu_ids=cpu_ids, settings=settings, explain=explain, existing=existing,
-                           allow_removal=allow_removal, software_only=software_only, _plan=False)
+                           allow_removal=allow_removal, software_only=software_only, _plan=False, certify=False)
         except ValueError:  # the owned servers are no candidates of the relaxed layout (a CPU tier in layout b)
             sub = None
         if sub is not None and sub.throughput_tasks_per_hour > result.throughput_tasks_per_hour * (1 + MATERIAL_GAIN):
-            result = sub.model_copy(update={
-                "layout": layout, "seconds": time.perf_counter() - t0,
+            result = _relabel(sub.model_copy(update={
+                "layout": layout, "seconds": time.perf_counter() - t0, "bound_tasks_per_hour": bound,
                 "warnings": sub.warnings + [f"layout {RELAXES[layout]}'s answer (also valid for {layout}) delivers "
-                                            "more under the tail-wait/memory limits than this layout's own search"]})
+                                            "more under the tail-wait/memory limits than this layout's own search"]}),
+                bound, s, clock, budget)
+    if certify and result.configuration and fixed is None:
+        # owned servers are not the certificate's to move (its neighbours would add or remove them freely)
+        result = _certify(result, p, options, layout, objective, capital_budget_usd, s, full, t0, bound, budget)
     if existing is not None and existing_ev is not None:
         from advisor.optimizer.migration import plan_migration
 
@@ -794,8 +825,8 @@ def optimize(
         if _plan and not software_only and result.configuration:
             def software_split(hw: Configuration) -> OptimizeResult:
                 return optimize(workload, rack, catalog, layout=layout, racks=racks, backend=backend,
-                                time_limit_s=max(1.0, clock.remaining()), settings=settings, explain=False,
-                                existing=hw, software_only=True)
+                                deadline=clock, settings=settings, explain=False,
+                                existing=hw, software_only=True, certify=False)
             result = result.model_copy(update={"migration": plan_migration(
                 existing, existing_ev, baseline_ev, result, workload, rack, catalog, s, options, software_split)})
     result = with_operating(result, workload, rack, catalog, s.assumptions)
@@ -827,6 +858,285 @@ def _canonical(b: Built, p: Problem, model: LinearModel, sol: Solution, objectiv
     serve = {v: 1.0 for v in (f"s_o{i}" for i in range(len(p.options))) if v in model.vars}
     return polish(model, sol, [({b.x: 1.0}, True), (serve, True), (dict.fromkeys(b.u.values(), 1.0), False),
                                (dict.fromkeys(b.y.values(), 1.0), True)])
+
+
+PROOF_SLACK = 1e-9
+"""Relative slack on comparisons of an evaluated throughput with a proven bound (floating-point noise)."""
+
+
+def _x_bound(sol: Solution, b: Built, s: OptimizerSettings) -> float | None:
+    """A proven upper bound on X (tasks/h) from a max-throughput solve: the solver's bound on its first objective
+    (X less tie-breaks worth at most the tie budget; for rows, X itself) plus that budget. None when unknown."""
+    if not sol.has_solution and sol.status == "infeasible":
+        return -math.inf
+    bound = sol.best_bound
+    if bound is None and sol.status == "optimal" and sol.objective is not None:
+        bound = sol.objective
+    if bound is None:
+        return None
+    return bound + s.throughput_tie_tolerance * b.x_upper
+
+
+def _proven(x_eval: float, bound: float | None, s: OptimizerSettings, budget: float) -> bool:
+    """Whether an evaluated throughput reaches a proven bound: within the requested gap, plus the solver's own
+    optimality tolerance and the tie-break window (a solve reported optimal may sit OPTIMAL_GAP below its bound,
+    and the tie-breaks keep X within `throughput_tie_tolerance` of it); `budget` is the tie-breaks' worth the
+    bound carries (`_x_bound`)."""
+    if bound is None:
+        return False
+    tol = max(s.mip_gap, OPTIMAL_GAP_SLACK) + s.throughput_tie_tolerance
+    return x_eval >= (bound - budget) * (1 - tol) - PROOF_SLACK * max(1.0, x_eval)
+
+
+OPTIMAL_GAP_SLACK = 1e-6
+"""A solver reports `optimal` within this relative gap (advisor/solver/backends.py OPTIMAL_GAP); bounds taken from
+an `optimal` objective are widened by it."""
+
+
+def _routing_spread(b: Built, p: Problem, sol: Solution) -> dict[str, float]:
+    """Per routing dimension, how far the solution's flows are from proportional: max - min of flow / capacity
+    over the SKUs with capacity (0 when forced)."""
+    from advisor.optimizer.formulation import routing_dims
+
+    vals = sol.values
+    out: dict[str, float] = {}
+    for dim in routing_dims(p):
+        prefix = "gpu_route_hi_" if dim == "gpu" else f"cpu_route_hi_{dim}_"
+        ratios = []
+        for c in b.model.constraints:
+            if not c.name.startswith(prefix):
+                continue
+            flow_var = next(k for k in c.terms if k.startswith(("xg_", "xs_")))
+            a = c.terms[flow_var]
+            hi = p.bands.get(dim, (0.0, 1.0))[1]
+            cap = -sum(coef * vals.get(k, 0.0) for k, coef in c.terms.items() if k != flow_var) / max(hi, 1e-12)
+            if cap > 1e-9:
+                ratios.append(a * vals.get(flow_var, 0.0) / cap)
+        out[dim] = (max(ratios) - min(ratios)) if len(ratios) > 1 else 0.0
+    return out
+
+
+def _slo_relaxed_bound(p: Problem, layout: Layout, backend: str, s: OptimizerSettings, clock: _Clock, racks: int,
+                       memory: bool) -> float | None:
+    """A proven bound on X under tail-wait curves that may mix core speeds: the same model with each queue's curve
+    at the fastest candidate speed and no speed levels (faster cores only shorten calls and waits)."""
+    pr = replace(p, slo_relaxed=True, bands={})
+    b = build(pr, memory=memory)
+    if racks > 1 and pr.fixed is None:
+        sol, _, _ = _solve_row(b, pr, layout, "max_throughput", backend, s, clock, memory)
+    else:
+        sol, _, _ = _solve_stages(b, pr, layout, "max_throughput", backend, s, clock)
+    return _x_bound(sol, b, s)
+
+
+def _has_sandboxes(p: Problem) -> bool:
+    """Whether the memory model has routing to branch on (some queue holds sandbox memory or disk)."""
+    return any(c.sandbox_memory_gb > 0 or c.sandbox_disk_gb > 0 for c in p.workload.classes)
+
+
+def _solve_coupled(p: Problem, layout: Layout, objective: Objective, backend: str, s: OptimizerSettings,
+                   clock: _Clock, racks: int, memory: bool = True):
+    """Sandbox memory couples the routing over mixed SKUs (docs/model.md section 9.3): spatial branch and bound
+    on the utilization bands of `build`'s `sku_routing` constraints. Each node solves the MILP on its bands, a
+    relaxation of the evaluator there; its answer is evaluated. The answer is the best evaluated one; the proven
+    bound is the largest relaxation bound of the open nodes. A node is split (its widest band among the
+    dimensions its flows leave non-proportional, halved) only while its bound exceeds the best evaluated answer.
+
+    Returns [(key, problem, built, solution, notes, evaluation)] of the nodes solved, best first, and the proven
+    bound on X (None if unknown)."""
+    import heapq
+
+    from advisor.optimizer.formulation import routing_dims
+
+    def node(bands: dict[str, tuple[float, float]]):
+        pn = replace(p, bands=dict(bands))
+        b = build(pn, memory=memory)
+        if racks > 1 and pn.fixed is None:  # owned servers make the racks differ: no rack patterns
+            sol, solved, notes = _solve_row(b, pn, layout, objective, backend, s, clock, memory)
+        else:
+            sol, solved, notes = _solve_stages(b, pn, layout, objective, backend, s, clock)
+        ub = _x_bound(sol, b, s) if objective == "max_throughput" else None
+        sol = _canonical(b, pn, solved, sol, objective, s)
+        ev = _evaluate_solution(b, pn, sol, layout, s) if sol.has_solution and b.x in sol.values else None
+        x_eval = ev.throughput_tasks_per_hour if ev is not None else 0.0
+        power = sum(a * sol.values.get(k, 0.0) for k, a in power_terms(b, pn).items()) if sol.has_solution else 0.0
+        if objective == "max_throughput":
+            key = (x_eval, -power)
+        else:
+            key = _cost_key(ev, objective, pn, power, sol, b) if sol.has_solution else (False, -math.inf, 0.0)
+        return key, pn, b, sol, notes, ev, ub
+
+    dims = routing_dims(p) if memory and _has_sandboxes(p) else []
+    root = node({})
+    done = [root]
+    if objective != "max_throughput" or not dims or root[6] is None:
+        return done, root[6]
+    best_x = root[0][0]
+    budget = s.throughput_tie_tolerance * root[2].x_upper
+    heap: list = []
+    seq = 0
+
+    def push(nd, bands):
+        nonlocal seq
+        if nd[6] is not None and not _proven(best_x, nd[6], s, budget):
+            heapq.heappush(heap, (-nd[6], seq, bands, nd))
+            seq += 1
+
+    push(root, {})
+    solves = 1
+    unknown = False
+    while heap:
+        top = heap[0]
+        if _proven(best_x, -top[0], s, budget):
+            break
+        if solves >= s.coupling_nodes or clock.no_time():
+            break
+        _, _, bands, nd = heapq.heappop(heap)
+        spread = _routing_spread(nd[2], nd[1], nd[3]) if nd[3].has_solution else {}
+        width = {d: bands.get(d, (0.0, 1.0))[1] - bands.get(d, (0.0, 1.0))[0] for d in dims}
+        moving = [d for d in dims if spread.get(d, 0.0) > 1e-9] or dims
+        dim = max(moving, key=lambda d: (width[d], -dims.index(d)))
+        lo, hi = bands.get(dim, (0.0, 1.0))
+        mid = (lo + hi) / 2
+        for k, child in enumerate(((lo, mid), (mid, hi))):
+            if k > 0 and clock.no_time():
+                push(nd, bands)  # the other half is unexplored: the parent's bound still stands for it
+                break
+            cb = {**bands, dim: child}
+            cn = node(cb)
+            solves += 1
+            done.append(cn)
+            if cn[6] is None and cn[3].status != "infeasible":
+                unknown = True
+            if cn[0][0] > best_x:
+                best_x = cn[0][0]
+            push(cn, cb)
+    bound = best_x if not heap else max(best_x, -heap[0][0])
+    if unknown:
+        bound = None
+    done.sort(key=lambda t: t[0], reverse=True)
+    return done, bound
+
+
+def _relabel(res: OptimizeResult, bound: float | None, s: OptimizerSettings, clock: _Clock,
+             budget: float) -> OptimizeResult:
+    """An answer taken from another search (copied racks, the relaxed layout, a better neighbour), labelled by
+    this search's proven bound."""
+    x = res.throughput_tasks_per_hour
+    if _proven(x, bound, s, budget):
+        return res.model_copy(update={"status": "optimal" if res.status != "time_limit" else res.status,
+                                      "gap": max(0.0, (bound - x) / max(1e-9, x)), "bound_tasks_per_hour": bound})
+    return res.model_copy(update={
+        "status": "time_limit" if (clock.no_time() or res.status == "time_limit") else "feasible",
+        "gap": None if bound is None else max(0.0, (bound - x) / max(1e-9, x)), "bound_tasks_per_hour": bound})
+
+
+def _certify(result: OptimizeResult, p: Problem, options: list[ServerOption], layout: Layout, objective: Objective,
+             capital_budget_usd: float | None, s: OptimizerSettings, clock: _Clock, t0: float,
+             bound: float | None, budget: float) -> OptimizeResult:
+    """Evaluate the answer's neighbours (advisor/optimizer/certificate.py); adopt a better one and lower the status."""
+    cfg = Configuration.model_validate(result.configuration)
+    cat = _catalog_of(replace(p, options=options))
+    ev0 = result.evaluation
+    if ev0 is None:
+        return result
+    need = p.required_tasks_per_hour
+
+    def meets(ev: Evaluation) -> bool:
+        return ev.throughput_tasks_per_hour >= need * (1 - 1e-6) if need is not None else \
+            ev.throughput_tasks_per_hour > 0
+
+    gpu0 = next((bd.tasks_per_hour for bd in ev0.bounds if bd.name == "gpu"), 0.0)
+
+    def value(ev: Evaluation) -> float:
+        if objective == "max_throughput":
+            if layout == "a":  # GPU-first: never less GPU capacity
+                gpu = next((bd.tasks_per_hour for bd in ev.bounds if bd.name == "gpu"), 0.0)
+                if gpu < gpu0 * (1 - s.throughput_tie_tolerance):
+                    return -math.inf
+            return ev.throughput_tasks_per_hour
+        if not meets(ev):
+            return -math.inf
+        t = ev.tco
+        if objective == "min_power":
+            return -ev.power_w
+        if objective == "min_cost":
+            v = t.capital_usd if t is not None else None
+        elif objective == "min_cost_per_task":
+            v = t.cost_usd_per_1000_tasks if t is not None else None
+        else:
+            v = t.cost_usd_per_hour if t is not None else None
+        return -math.inf if v is None else -v
+
+    queues = {q.name: list(q.classes) for q in cfg.queues} if cfg.queues else {}
+    servings = {o.serving_key: p.servings[o.serving_key] for o in options if o.serving_key in p.servings}
+
+    def promising(groups: list[ServerGroup], cur: Evaluation) -> bool:
+        ceiling = ceiling_tasks_per_hour(groups, options, p.workload, queues, servings)
+        if objective == "max_throughput":
+            return ceiling > cur.throughput_tasks_per_hour * (1 + s.certificate_min_gain)
+        return need is None or ceiling >= need * (1 - 1e-6)
+
+    slowest = [0.0]
+
+    def timed(c: Configuration) -> Evaluation:
+        t = time.perf_counter()
+        try:
+            return evaluate(c, p.workload, p.rack, cat, s.assumptions)
+        finally:
+            slowest[0] = max(slowest[0], time.perf_counter() - t)
+
+    cfg2, ev2, cert = local_search(
+        cfg, value, timed, options, p.rack, capital_budget_usd, layout, s.certificate_min_gain,
+        s.certificate_steps, lambda: clock.remaining() <= 2 * slowest[0], ev0, promising)
+    if not cert.adopted:
+        return result.model_copy(update={"certificate": cert, "seconds": time.perf_counter() - t0})
+    choices = []
+    for g in cfg2.servers:
+        o = next(o for o in options if (o.profile.chassis.id, o.profile.cpu.id, o.gpu_id, o.profile.gpus)
+                 == (g.chassis, g.cpu, g.gpu, g.gpus_per_server))
+        choices.append(ServerChoice(chassis=g.chassis, cpu=g.cpu, gpu=g.gpu, gpus_per_server=g.gpus_per_server,
+                                    count=g.count, rack=g.rack,
+                                    orchestration_cores_per_gpu=g.orchestration_cores_per_gpu,
+                                    queue_cores=g.queue_cores or {}, power_w_each=o.profile.power_w,
+                                    space_u_each=o.profile.space_u))
+    gpus = sum(c.count * c.gpus_per_server for c in choices)
+    orch = sum(c.count * c.gpus_per_server * c.orchestration_cores_per_gpu for c in choices)
+    host = sum(c.count * next(o.profile.cores for o in options if o.profile.chassis.id == c.chassis
+                              and o.profile.cpu.id == c.cpu and o.profile.gpus == c.gpus_per_server)
+               for c in choices if c.gpu)
+    new = result.model_copy(update={
+        "seconds": time.perf_counter() - t0, "throughput_tasks_per_hour": ev2.throughput_tasks_per_hour,
+        "predicted_tasks_per_hour": ev2.throughput_tasks_per_hour, "servers": choices,
+        "cores_per_gpu": host / gpus if gpus else None, "orchestration_cores_per_gpu": orch / gpus if gpus else None,
+        "queues": [q.model_dump() for q in ev2.queues], "power_w": ev2.power_w, "space_u": ev2.space_u,
+        "air_heat_w": ev2.air_heat_w, "liquid_heat_w": ev2.liquid_heat_w, "gpu_idle_fraction": ev2.gpu_idle_fraction,
+        "bottleneck": ev2.bottleneck, "configuration": cfg2.model_dump(mode="json", exclude_none=True),
+        "evaluation": ev2, "tco": ev2.tco, "constraints": [], "shadow_prices": [],
+        "message": _summary(ev2, result.binding_constraints), "certificate": cert,
+        "warnings": result.warnings + ev2.warnings[len(ev0.warnings):] + [
+            f"the local search found {cert.adopted} better neighbour(s) of the solver's answer and returns the "
+            "best (the MILP's relaxation missed them); constraint statuses and shadow prices are left out"]})
+    if objective == "max_throughput":
+        return _relabel(new, bound, s, clock, budget)
+    return new.model_copy(update={"status": "feasible", "gap": None})
+
+
+def _slo_mixed_speeds(p: Problem) -> bool:
+    """Whether a tail-wait queue can take cores of more than one speed (its capacity curve is then conservative)."""
+    return any(len(speeds) > 1 for _, _, speeds, _ in slo_queues(p))
+
+
+def _label(sol: Solution, x_eval: float, bound: float | None, s: OptimizerSettings, clock: _Clock,
+           budget: float) -> None:
+    """Status and gap of a max-throughput answer from what is proven: `optimal` only when the evaluated
+    throughput reaches the proven bound within the requested gap; otherwise `feasible` (or `time_limit` when the
+    clock stopped the search) with the gap to the bound (None when no bound is proven)."""
+    if _proven(x_eval, bound, s, budget):
+        return
+    sol.gap = None if bound is None else max(0.0, (bound - x_eval) / max(1e-9, x_eval))
+    if sol.status != "time_limit":
+        sol.status = "time_limit" if clock.no_time() else "feasible"
 
 
 def _solve_row(b: Built, p: Problem, layout: Layout, objective: Objective, backend: str, s: OptimizerSettings,
@@ -881,12 +1191,12 @@ def _replicated_start(b: Built, p: Problem, single: tuple[Built, Solution]) -> d
 
 
 def _replicate(single: OptimizeResult, racks: int, p: Problem, layout: Layout, backend: str,
-               s: OptimizerSettings, t0: float) -> OptimizeResult | None:
+               s: OptimizerSettings, t0: float, options: list[ServerOption]) -> OptimizeResult | None:
     """The single-rack answer copied into every rack, evaluated as a row (tool queues pool across racks)."""
     cfg = Configuration.model_validate(single.configuration)
     groups = [g.model_copy(update={"rack": r}) for r in range(racks) for g in cfg.servers]
     row = cfg.model_copy(update={"racks": racks, "servers": groups, "name": f"layout {layout}"})
-    ev = evaluate(row, p.workload, p.rack, _catalog_of(p), s.assumptions)
+    ev = evaluate(row, p.workload, p.rack, _catalog_of(replace(p, options=options)), s.assumptions)
     if not ev.within_budgets:
         return None
     choices = [ServerChoice(chassis=g.chassis, cpu=g.cpu, gpu=g.gpu, gpus_per_server=g.gpus_per_server,

@@ -20,6 +20,20 @@ class OptimizerSettings(Input):
     """When breaking ties by power and cost, keep throughput within this relative distance of the optimum."""
     slo_iterations: int = Field(default=5, gt=0)
     """Solves allowed to settle per-queue utilization caps for a tool-wait target (and to add sandbox memory)."""
+    coupling_nodes: int = Field(default=48, gt=0)
+    """Most MILP solves of the branch and bound over routing utilization bands when sandbox memory couples mixed
+    GPU or CPU SKUs (advisor/optimizer/optimize.py `_solve_coupled`). Each node halves one band; a node whose relaxation
+    bound is below the best evaluated answer is closed. On the enumeration-checked random instances the proof
+    closes within a few nodes; when the cap (or the time limit) stops it first, the answer is `feasible` with the
+    proven bound and gap."""
+    certificate_min_gain: float = Field(default=1e-6, ge=0)
+    """A neighbour of the answer (advisor/optimizer/certificate.py) beats it when it improves the objective by more than this
+    (relative): the MILP's own gap, so that solver tolerance never swaps answers."""
+    certificate_time_share: float = Field(default=0.1, ge=0, lt=1)
+    """Share of the time limit kept for the certificate (the search stops that much earlier); the certificate also
+    gets whatever the search leaves unused. When time runs out its `complete` says so."""
+    certificate_steps: int = Field(default=10, ge=0)
+    """Better neighbours adopted one after another at most (each step evaluates all neighbours again)."""
     row_pattern_iterations: int = Field(default=200, gt=0)
     """Column-generation rounds for a row of identical racks (advisor/optimizer/rows.py). Each adds one rack pattern;
     the built-in presets converge in 10-60 rounds, and the bound is valid at any round, so the cap only costs gap."""

@@ -20,6 +20,7 @@ from markupsafe import Markup
 from pydantic import BaseModel
 
 from advisor.catalog import builtin_catalog, check_sku_ids, load_rack, load_workload
+from advisor.deadline import Deadline
 from advisor.layouts import LAYOUT_COLORS, LAYOUT_NAMES, LAYOUTS, Outcome, best_layout, tied_layouts
 from advisor.optimizer.compare import ChipVsRack, LayoutComparison, chip_vs_rack, compare_layouts
 from advisor.errors import InputError
@@ -771,6 +772,15 @@ def _env() -> jinja2.Environment:
     return env
 
 
+COMPARE_SHARE = 0.7
+"""Share of a report's search time the layout comparison may take (its answers are the report); the rest is left
+for the sensitivity sweeps and chip-vs-rack, which mark what they could not finish as skipped."""
+RENDER_RESERVE_S = 4.0
+RENDER_RESERVE_SHARE = 0.4
+"""Of a report's time limit, min(RENDER_RESERVE_S, RENDER_RESERVE_SHARE x limit) is kept for charts, tables and
+HTML after the searches (measured 1-4 s for charts on a 2-core machine, the upper end under heavy load)."""
+
+
 @dataclass(frozen=True)
 class ReportInputs:
     """What every step of a report reads: the request, the catalog, the optimizer settings and the resolved
@@ -781,6 +791,8 @@ class ReportInputs:
     s: OptimizerSettings
     w: Workload
     rack: Rack
+    clock: Deadline
+    """The searches' share of the request's wall clock (what is left after the render reserve)."""
 
     def solve_kwargs(self) -> dict:
         return dict(racks=self.req.racks, backend=self.req.solver, gpu_ids=self.req.gpu_ids,
@@ -788,19 +800,25 @@ class ReportInputs:
 
 
 def report_inputs(request: ReportRequest | dict, catalog: Catalog | None,
-                  settings: OptimizerSettings | None) -> ReportInputs:
+                  settings: OptimizerSettings | None, deadline: Deadline | None = None) -> ReportInputs:
+    t0 = time.perf_counter()
     req = request if isinstance(request, ReportRequest) else ReportRequest.model_validate(request)
+    total = Deadline(req.time_limit_s - (time.perf_counter() - t0), parent=deadline)
     cat = catalog or builtin_catalog()
     check_sku_ids(cat, req.gpu_ids, req.cpu_ids)
-    return ReportInputs(req, cat, settings or OptimizerSettings(), load_workload(req.workload, cat),
-                        load_rack(req.rack, cat))
+    w, rack = load_workload(req.workload, cat), load_rack(req.rack, cat)
+    # One clock for the whole report (advisor/deadline.py): the comparison, the sweeps and chip-vs-rack share
+    # time_limit_s; what the comparison leaves goes to the sweeps (within their own budget), then chip-vs-rack.
+    _figure(1, 1)  # the plotting library's first import (seconds on a cold process) counts against the limit
+    clock = total.within(total.remaining() - min(RENDER_RESERVE_S, RENDER_RESERVE_SHARE * total.limit))
+    return ReportInputs(req, cat, settings or OptimizerSettings(), w, rack, clock)
 
 
 def solve_layouts(x: ReportInputs) -> tuple[LayoutComparison, OptimizeResult]:
     """The comparison of A, B and hybrid, and the answer the report recommends (the requested layout, else the
     best)."""
-    cmp = compare_layouts(x.w, x.rack, x.cat, time_limit_s=x.req.time_limit_s, spares=x.req.spares,
-                          **x.solve_kwargs(), **brownfield_kwargs(x.req))
+    cmp = compare_layouts(x.w, x.rack, x.cat, deadline=x.clock.within(x.clock.limit * COMPARE_SHARE),
+                          spares=x.req.spares, **x.solve_kwargs(), **brownfield_kwargs(x.req))
     chosen = x.req.layout or cmp.best_layout
     return cmp, next(r for r in cmp.results if r.layout == chosen)
 
@@ -811,10 +829,10 @@ def sensitivity_sweeps(x: ReportInputs, cmp: LayoutComparison) -> dict[str, dict
         return {}
     t1 = time.perf_counter()
     skw = dict(x.solve_kwargs(), time_limit_s=min(x.req.sweep_time_limit_s, x.req.time_limit_s),
-               **brownfield_kwargs(x.req))
-    sweeps = {"power": sweep("power", x.req.power_factors, x.w, x.rack, x.cat, cmp.results, skw,
-                             x.req.sweep_budget_s / 2)}
-    left = x.req.sweep_budget_s - (time.perf_counter() - t1)
+               deadline=x.clock, **brownfield_kwargs(x.req))
+    budget = min(x.req.sweep_budget_s, x.clock.remaining())
+    sweeps = {"power": sweep("power", x.req.power_factors, x.w, x.rack, x.cat, cmp.results, skw, budget / 2)}
+    left = budget - (time.perf_counter() - t1)
     sweeps["tools"] = sweep("tools", x.req.tool_factors, x.w, x.rack, x.cat, cmp.results, skw, max(left, 0.0))
     return sweeps
 
@@ -825,10 +843,12 @@ def chip_comparison(x: ReportInputs, cmp: LayoutComparison, res: OptimizeResult
     pair = chip_pair(cmp, res, x.w, x.rack, x.cat, x.req.gpu_ids) if res.servers else None
     if not pair:
         return None, None
+    if x.clock.no_time():
+        return None, "the request's time limit was spent before the chip-vs-rack comparison"
     try:
         return chip_vs_rack(pair[0], pair[1], pair[2], x.w, x.rack, x.cat, layout=res.layout, racks=x.req.racks,
                             backend=x.req.solver, time_limit_s=min(x.req.sweep_time_limit_s, x.req.time_limit_s),
-                            settings=x.s), None
+                            settings=x.s, deadline=x.clock), None
     except InputError as e:
         return None, str(e)
 
@@ -877,13 +897,14 @@ def at_a_glance(x: ReportInputs, cmp: LayoutComparison, res: OptimizeResult, cap
 
 
 def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
-                  settings: OptimizerSettings | None = None) -> tuple[str, dict]:
-    """Optimize, explain and render. Returns (html, data); raises InputError for bad input.
+                  settings: OptimizerSettings | None = None, deadline: Deadline | None = None) -> tuple[str, dict]:
+    """Optimize, explain and render. Returns (html, data); raises InputError for bad input. `time_limit_s` covers
+    all of it, within `deadline` if given (the request's clock, started where the request arrived).
 
     Steps: resolve the inputs, solve the layouts, sweep the budgets, compare chips, derive the operations
     (thresholds, pilot, risks), draw the charts, then render the template and the JSON data from one context."""
     t0 = time.perf_counter()
-    x = report_inputs(request, catalog, settings)
+    x = report_inputs(request, catalog, settings, deadline)
     req, cat, s, w, rack = x.req, x.cat, x.s, x.w, x.rack
     timing: dict[str, float] = {}
 

@@ -136,7 +136,7 @@ def solve_cbc(model: LinearModel, time_limit_s: float, gap: float, threads: int 
     is_mip = any(x.integer for x in model.vars.values())
     fd, log_path = tempfile.mkstemp(prefix="cbc-", suffix=".log")
     os.close(fd)
-    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.ceil(time_limit_s)), gapRel=gap, threads=threads,
+    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.floor(time_limit_s)), gapRel=gap, threads=threads,
                                logPath=log_path, warmStart=bool(hint))
     t0 = time.perf_counter()
     procs: list[subprocess.Popen] = []
