@@ -2,7 +2,8 @@
 
 Scope: one shared tool queue (layout B, or hybrid with one task class), no tool-wait SLO. For every integer count
 vector within the rack budgets, and for each flexible GPU option's orchestration cores on a grid (fractions
-ORCH_GRID of the cores that drive its GPUs fully; every other core goes to the queue), the sustainable throughput
+ORCH_GRID of the cores that drive its GPUs fully, never below the serving engines' host-core floor; every other
+core goes to the queue), the sustainable throughput
 is computed here from the model's definition (docs/model.md sections 2-4), independently of the MILP and of
 models/pipeline.py:
 
@@ -26,7 +27,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from oracle import Instance, _revalidate, candidate_options, rack_vectors, random_instance
+from oracle import Instance, _revalidate, candidate_options, rack_switch_of, rack_vectors, random_instance
 
 from advisor.optimizer.settings import OptimizerSettings
 from models.catalog import Catalog
@@ -61,10 +62,11 @@ def throughput(options, counts, orch_frac, workload: Workload, servings, memory_
             k = pr.orchestration_tasks_per_core_s
             g = pr.gpu_tasks_per_s * n
             if math.isfinite(k) and k > 0:
-                u = min(pr.cores * n, g / k) * f
+                # never below the serving engines' host-core floor (the MILP's engine_cores group)
+                u = max(min(pr.cores * n, g / k) * f, pr.engine_min_cores * n if pr.replicas else 0.0)
                 s = min(g, k * u)
             else:
-                u, s = 0.0, g
+                u, s = (pr.engine_min_cores * n if pr.replicas else 0.0), g
             tool = pr.cores * n - u
         else:
             s = pr.serving_tasks_per_s * n
@@ -115,7 +117,7 @@ class MemoryOracle:
 def oracle(inst: Instance, layout: str) -> MemoryOracle:
     options = candidate_options(inst.catalog, inst.workload, inst.rack, layout)
     servings = _servings(inst.catalog, inst.workload, inst.rack, layout)
-    vecs = rack_vectors(options, inst.rack)
+    vecs = rack_vectors(options, inst.rack, rack_switch_of(inst.catalog, inst.rack))  # with the switches' share
     best, arg = 0.0, None
     for v in vecs:
         flex = [i for i, (o, n) in enumerate(zip(options, v)) if n and o.flexible_orchestration and o.profile.gpus]
@@ -151,7 +153,7 @@ def memory_instance(seed: int, max_vectors: int = 400) -> tuple[Instance, str] |
     servings = _servings(inst.catalog, wl1, inst.rack, layout)
     free = _revalidate(wl, classes=[{**c.model_dump(), "sandbox_memory_gb": 0.0} for c in wl.classes])
     x_free, arg = 0.0, None
-    for v in rack_vectors(options, inst.rack):
+    for v in rack_vectors(options, inst.rack, rack_switch_of(inst.catalog, inst.rack)):
         x = throughput(options, v, [1.0] * len(options), free, servings)
         if x > x_free:
             x_free, arg = x, v
@@ -166,5 +168,6 @@ def memory_instance(seed: int, max_vectors: int = 400) -> tuple[Instance, str] |
                                    for c in wl.classes])
     cat = Catalog.build(cpus=list(inst.catalog.cpus), gpus=list(inst.catalog.gpus),
                         chassis=list(inst.catalog.chassis), racks=[inst.rack],
+                        switches=list(inst.catalog.switches), systems=list(inst.catalog.systems),
                         served_models=[wl2.served_model], workloads=[wl2])
     return Instance(seed, cat, wl2, inst.rack, 1, {**inst.notes, "sandbox_gb": gb}), layout

@@ -63,7 +63,7 @@ def test_sweep_has_at_least_100_instances():
 
 
 def test_memory_binding_mixed_skus_fast():
-    statuses = [s for s in (_check(seed, 300) for seed in range(24)) if s is not None]
+    statuses = [s for s in (_check(seed, 300) for seed in range(30)) if s is not None]
     assert len(statuses) >= 10
     assert statuses.count("optimal") >= 0.8 * len(statuses), statuses
 
@@ -79,7 +79,8 @@ def test_memory_oracle_sweep(block):
     assert statuses.count("optimal") >= 0.8 * len(statuses), statuses
 
 
-@pytest.mark.parametrize("seed", [3, 10, 21])
+# seeds whose instances mix two serving setups (most others draw a GPU that holds no replica of the model)
+@pytest.mark.parametrize("seed", [1, 13, 21])
 def test_backends_agree_under_memory(seed):
     got = _instance(seed, 300)
     assert got is not None
@@ -91,14 +92,14 @@ def test_backends_agree_under_memory(seed):
     assert a.certificate == b.certificate
 
 
-@pytest.mark.parametrize("seed", [3, 5, 10, 20, 23])
+@pytest.mark.parametrize("seed", [1, 4, 13, 20, 23])
 def test_certificate_ceiling_matches_the_evaluator(seed):
     """The certificate's cheap screen equals the evaluator's sustainable throughput (no tail-wait target here) on
     the answer and on every neighbour that fits, so a screened-out neighbour really cannot beat the answer."""
     from advisor.optimizer.certificate import ceiling_tasks_per_hour, fits, neighbours
     from advisor.optimizer.formulation import Problem
     from advisor.optimizer.optimize import _catalog_of
-    from advisor.optimizer.options import enumerate_options
+    from advisor.optimizer.options import enumerate_options, rack_switch
     from models.config import Configuration
     from models.pipeline import evaluate
 
@@ -111,7 +112,8 @@ def test_certificate_ceiling_matches_the_evaluator(seed):
                                           s.layout_a_orchestration_cores_per_gpu,
                                           s.assumptions.host_os_reserved_memory_gb,
                                           s.assumptions.tensor_parallel_domain_gpus)
-    cat = _catalog_of(Problem(inst.workload, inst.rack, 1, options, servings, [[]]))
+    cat = _catalog_of(Problem(inst.workload, inst.rack, 1, options, servings, [[]],
+                              switch=rack_switch(inst.rack, inst.catalog)))
     cfg = Configuration.model_validate(res.configuration)
     queues = {q.name: list(q.classes) for q in cfg.queues}
     checked = 0

@@ -7,7 +7,8 @@ Neighbours of a configuration (docs/model.md section 9.5, "Certificate"):
 - a whole group's CPU or GPU SKU swapped for another candidate on the same chassis;
 - cores moved between orchestration and each tool queue, and between tool queues (1 core and 0.1 core per server).
 
-A neighbour must be a candidate of the request (layout, SKU filters, capital budget) and fit every rack budget.
+A neighbour must be a candidate of the request (layout, SKU filters, capital budget), keep the serving engines'
+host-core floor on every GPU server and fit every rack budget.
 For throughput objectives it beats the answer when the evaluator gives it more than `certificate_min_gain`
 (relative) more sustainable throughput; for cost objectives when it still delivers what is required and costs (in
 the objective's terms) that much less. The optimizer adopts a better neighbour and searches again from it (at most
@@ -65,8 +66,15 @@ def _default_split(o: ServerOption, queue: str | None) -> tuple[float, dict[str,
     if o.flexible_orchestration and pr.gpus:
         k = pr.orchestration_tasks_per_core_s
         orch = 0.0 if not math.isfinite(k) or k <= 0 else min(pr.cores / pr.gpus, pr.gpu_tasks_per_s / (k * pr.gpus))
+        orch = max(orch, _engine_floor_per_gpu(o))
     tool = pr.cores - orch * pr.gpus if (o.flexible_orchestration and pr.gpus) else pr.tool_cores
     return orch, ({queue: tool} if queue and tool > 0 else {})
+
+
+def _engine_floor_per_gpu(o: ServerOption) -> float:
+    """Host cores per GPU the serving engines of the option's replicas need (0 without replicas)."""
+    pr = o.profile
+    return pr.engine_min_cores / pr.gpus if pr.gpus and pr.replicas else 0.0
 
 
 def _canonical(groups: list[ServerGroup]) -> list[ServerGroup]:
@@ -145,7 +153,7 @@ def neighbours(cfg: Configuration, options: list[ServerOption], queues: list[str
             pr = o.profile
             orch = g.orchestration_cores_per_gpu if o.flexible_orchestration else pr.orchestration_cores_per_gpu
             if pr.gpus:
-                orch = min(orch, pr.cores / pr.gpus)
+                orch = min(max(orch, _engine_floor_per_gpu(o)), pr.cores / pr.gpus)
             tool = pr.cores - orch * pr.gpus if (o.flexible_orchestration and pr.gpus) else pr.tool_cores
             qc = dict(g.queue_cores or {})
             tot = sum(qc.values())
@@ -165,7 +173,7 @@ def neighbours(cfg: Configuration, options: list[ServerOption], queues: list[str
                 for q in queues:
                     # orchestration -> queue q, and back
                     per_gpu = step / pr.gpus
-                    if g.orchestration_cores_per_gpu >= per_gpu:
+                    if g.orchestration_cores_per_gpu - per_gpu >= _engine_floor_per_gpu(o) - 1e-12:
                         out.append(with_(i, g.model_copy(update={
                             "orchestration_cores_per_gpu": g.orchestration_cores_per_gpu - per_gpu,
                             "queue_cores": {**qc, q: qc.get(q, 0.0) + step}})))
@@ -183,7 +191,8 @@ def neighbours(cfg: Configuration, options: list[ServerOption], queues: list[str
 
 def fits(groups: list[ServerGroup], options: list[ServerOption], rack: Rack, racks: int,
          capital_budget_usd: float | None) -> bool:
-    """Every group is a candidate option, every rack within its budgets, the capital budget kept."""
+    """Every group is a candidate option with at least its serving engines' host cores (the MILP's engine_cores
+    group), every rack within its budgets, the capital budget kept."""
     by_key = {_opt_key(o): o for o in options}
     use: dict[int, list[float]] = {}
     capital = 0.0
@@ -192,6 +201,8 @@ def fits(groups: list[ServerGroup], options: list[ServerOption], rack: Rack, rac
         if o is None or g.rack >= racks:
             return False
         pr = o.profile
+        if pr.gpus and g.orchestration_cores_per_gpu < _engine_floor_per_gpu(o) - 1e-9:
+            return False  # not buildable: the engines would lack their host cores
         u = use.setdefault(g.rack, [0.0, 0.0, 0.0, 0.0])
         for j, v in enumerate((pr.power_w, pr.air_heat_w, pr.liquid_heat_w, pr.space_u)):
             u[j] += g.count * v

@@ -408,7 +408,9 @@ def add_sku_routing(m: LinearModel, p: Problem, n, y, u, x: str, count, has_llm:
 
     For the bound to be reachable, a flexible GPU server's serving capacity is its actual one: s_o equals the
     orchestration cores' capacity (fewer orchestration cores than the GPUs use are allowed, more are pointless) or,
-    without an orchestration limit, the GPUs' capacity."""
+    without an orchestration limit, the GPUs' capacity. Where the serving engines' host-core floor applies, the
+    cores reserved (u_o, at least the floor) may exceed those that drive the GPUs (ue_o, s_o = k ue_o <= GPUs'
+    capacity): every real split is feasible with ue_o = min(u_o, GPU capacity / k)."""
     gpu_ids = sorted(p.servings)
     xg: dict[str, str] = {}
     if has_llm and gpu_ids:
@@ -424,7 +426,14 @@ def add_sku_routing(m: LinearModel, p: Problem, n, y, u, x: str, count, has_llm:
             if sv not in m.vars or o.serving_key not in cap:
                 continue
             cap[o.serving_key][sv] = 1.0
-            if i in u:
+            if i in u and o.profile.engine_min_cores > 0 and math.isfinite(o.profile.orchestration_tasks_per_core_s):
+                # The engines' floor may reserve more host cores than the GPUs can use (serving is then the GPUs'
+                # capacity, below the cores'): serving is exact on the cores that drive the GPUs, ue_o <= u_o.
+                ue = m.var(f"ue_o{i}", 0, None)
+                m.add(f"serving_exact_o{i}", "sku_routing",
+                      {sv: 1.0, ue: -o.profile.orchestration_tasks_per_core_s * HOUR_S}, "==", 0.0)
+                m.add(f"serving_cores_o{i}", "sku_routing", {ue: 1.0, u[i]: -1.0}, "<=", 0.0)
+            elif i in u and math.isfinite(o.profile.orchestration_tasks_per_core_s):
                 m.add(f"serving_exact_o{i}", "sku_routing",
                       {sv: 1.0, u[i]: -o.profile.orchestration_tasks_per_core_s * HOUR_S}, "==", 0.0)
             else:

@@ -790,6 +790,8 @@ def optimize(
     result = _result(p, b, sol, notes, layout, backend, s, clock, t0, explain and objective == "max_throughput",
                      ev_best, too_small)
     bound = proven_ub if objective == "max_throughput" else None
+    if _exceeds(result.throughput_tasks_per_hour, bound):
+        bound = None
     budget = s.throughput_tie_tolerance * b.x_upper
     result = result.model_copy(update={"bound_tasks_per_hour": bound})
     if racks > 1 and single is not None and single.configuration:
@@ -882,10 +884,16 @@ def _proven(x_eval: float, bound: float | None, s: OptimizerSettings, budget: fl
     optimality tolerance and the tie-break window (a solve reported optimal may sit OPTIMAL_GAP below its bound,
     and the tie-breaks keep X within `throughput_tie_tolerance` of it); `budget` is the tie-breaks' worth the
     bound carries (`_x_bound`)."""
-    if bound is None:
+    if bound is None or _exceeds(x_eval, bound):
         return False
     tol = max(s.mip_gap, OPTIMAL_GAP_SLACK) + s.throughput_tie_tolerance
     return x_eval >= (bound - budget) * (1 - tol) - PROOF_SLACK * max(1.0, x_eval)
+
+
+def _exceeds(x_eval: float, bound: float | None) -> bool:
+    """An evaluated answer above a "proven" bound: the bound's model was no relaxation there (a defect, never a
+    proof), so nothing is proven by it."""
+    return bound is not None and x_eval > bound * (1 + OPTIMAL_GAP_SLACK) + PROOF_SLACK * max(1.0, x_eval)
 
 
 OPTIMAL_GAP_SLACK = 1e-6
@@ -1023,6 +1031,8 @@ def _relabel(res: OptimizeResult, bound: float | None, s: OptimizerSettings, clo
     """An answer taken from another search (copied racks, the relaxed layout, a better neighbour), labelled by
     this search's proven bound."""
     x = res.throughput_tasks_per_hour
+    if _exceeds(x, bound):
+        bound = None
     if _proven(x, bound, s, budget):
         return res.model_copy(update={"status": "optimal" if res.status != "time_limit" else res.status,
                                       "gap": max(0.0, (bound - x) / max(1e-9, x)), "bound_tasks_per_hour": bound})
@@ -1134,6 +1144,8 @@ def _label(sol: Solution, x_eval: float, bound: float | None, s: OptimizerSettin
     clock stopped the search) with the gap to the bound (None when no bound is proven)."""
     if _proven(x_eval, bound, s, budget):
         return
+    if _exceeds(x_eval, bound):
+        bound = None
     sol.gap = None if bound is None else max(0.0, (bound - x_eval) / max(1e-9, x_eval))
     if sol.status != "time_limit":
         sol.status = "time_limit" if clock.no_time() else "feasible"
