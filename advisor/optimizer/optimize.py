@@ -983,10 +983,15 @@ def _solve_coupled(p: Problem, layout: Layout, objective: Objective, backend: st
     budget = s.throughput_tie_tolerance * root[2].x_upper
     heap: list = []
     seq = 0
+    closed_ub = -math.inf  # bounds of nodes closed within the gap: the proven bound still covers them
 
     def push(nd, bands):
-        nonlocal seq
-        if nd[6] is not None and not _proven(best_x, nd[6], s, budget):
+        nonlocal seq, closed_ub
+        if nd[6] is None:
+            return
+        if _proven(best_x, nd[6], s, budget):
+            closed_ub = max(closed_ub, nd[6])
+        else:
             heapq.heappush(heap, (-nd[6], seq, bands, nd))
             seq += 1
 
@@ -1019,7 +1024,7 @@ def _solve_coupled(p: Problem, layout: Layout, objective: Objective, backend: st
             if cn[0][0] > best_x:
                 best_x = cn[0][0]
             push(cn, cb)
-    bound = best_x if not heap else max(best_x, -heap[0][0])
+    bound = max(best_x, closed_ub) if not heap else max(best_x, closed_ub, -heap[0][0])
     if unknown:
         bound = None
     done.sort(key=lambda t: t[0], reverse=True)

@@ -776,7 +776,7 @@ COMPARE_SHARE = 0.7
 """Share of a report's search time the layout comparison may take (its answers are the report); the rest is left
 for the sensitivity sweeps and chip-vs-rack, which mark what they could not finish as skipped."""
 RENDER_RESERVE_S = 4.0
-RENDER_RESERVE_SHARE = 0.4
+RENDER_RESERVE_SHARE = 0.5
 """Of a report's time limit, min(RENDER_RESERVE_S, RENDER_RESERVE_SHARE x limit) is kept for charts, tables and
 HTML after the searches (measured 1-4 s for charts on a 2-core machine, the upper end under heavy load)."""
 
