@@ -392,6 +392,14 @@ def routing_dims(p: Problem) -> list[str]:
     return dims
 
 
+def floor_drives_gpus(o) -> bool:
+    """Whether the serving engines' host-core floor of a server (group `engine_cores`) is at least the orchestration
+    cores its GPUs can use: then every allowed split serves at the GPUs' capacity."""
+    pr = o.profile
+    k = pr.orchestration_tasks_per_core_s
+    return pr.engine_min_cores > 0 and math.isfinite(k) and pr.engine_min_cores * k >= pr.gpu_tasks_per_s
+
+
 def add_sku_routing(m: LinearModel, p: Problem, n, y, u, x: str, count, has_llm: bool, work,
                     held: list[tuple]) -> None:
     """sku_routing, sandbox_memory:<q> and sandbox_disk:<q> (docs/model.md section 9.3). `held`: per resource a
@@ -407,10 +415,10 @@ def add_sku_routing(m: LinearModel, p: Problem, n, y, u, x: str, count, has_llm:
     the bands until the relaxation's bound meets an evaluated answer.
 
     For the bound to be reachable, a flexible GPU server's serving capacity is its actual one: s_o equals the
-    orchestration cores' capacity (fewer orchestration cores than the GPUs use are allowed, more are pointless) or,
-    without an orchestration limit, the GPUs' capacity. Where the serving engines' host-core floor applies, the
-    cores reserved (u_o, at least the floor) may exceed those that drive the GPUs (ue_o, s_o = k ue_o <= GPUs'
-    capacity): every real split is feasible with ue_o = min(u_o, GPU capacity / k)."""
+    orchestration cores' capacity (fewer orchestration cores than the GPUs use are allowed, more are pointless: a
+    split with more is dominated by the one with just enough, so leaving it out keeps the bound) or, without an
+    orchestration limit or where the serving engines' host-core floor alone already drives the GPUs fully
+    (`floor_drives_gpus`), the GPUs' capacity."""
     gpu_ids = sorted(p.servings)
     xg: dict[str, str] = {}
     if has_llm and gpu_ids:
@@ -426,14 +434,7 @@ def add_sku_routing(m: LinearModel, p: Problem, n, y, u, x: str, count, has_llm:
             if sv not in m.vars or o.serving_key not in cap:
                 continue
             cap[o.serving_key][sv] = 1.0
-            if i in u and o.profile.engine_min_cores > 0 and math.isfinite(o.profile.orchestration_tasks_per_core_s):
-                # The engines' floor may reserve more host cores than the GPUs can use (serving is then the GPUs'
-                # capacity, below the cores'): serving is exact on the cores that drive the GPUs, ue_o <= u_o.
-                ue = m.var(f"ue_o{i}", 0, None)
-                m.add(f"serving_exact_o{i}", "sku_routing",
-                      {sv: 1.0, ue: -o.profile.orchestration_tasks_per_core_s * HOUR_S}, "==", 0.0)
-                m.add(f"serving_cores_o{i}", "sku_routing", {ue: 1.0, u[i]: -1.0}, "<=", 0.0)
-            elif i in u and math.isfinite(o.profile.orchestration_tasks_per_core_s):
+            if i in u and math.isfinite(o.profile.orchestration_tasks_per_core_s) and not floor_drives_gpus(o):
                 m.add(f"serving_exact_o{i}", "sku_routing",
                       {sv: 1.0, u[i]: -o.profile.orchestration_tasks_per_core_s * HOUR_S}, "==", 0.0)
             else:

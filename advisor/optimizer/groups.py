@@ -63,8 +63,8 @@ GROUPS: dict[str, Group] = {g.name: g for g in (
           "v_q X / 3600 <= piecewise-linear capacity curve in the queue's integer server count"),
     Group("sku_routing", "routing over mixed SKUs", "tasks/h", "structure", "model",
           "sum_g x_g = X, lo cap_g <= x_g <= hi cap_g; per queue sum_s x[q,s] = X, lo qcap_s <= W_q x[q,s] / 3600 "
-          "<= hi qcap_s (utilization bands, §9.3); s_o = orchestration_rate_o ue_o, ue_o <= u_o (ue_o = u_o without "
-          "an engine floor)"),
+          "<= hi qcap_s (utilization bands, §9.3); s_o = orchestration_rate_o u_o (= GPU capacity where the engine "
+          "floor drives the GPUs)"),
     Group("sandbox_memory", "sandbox memory", "GB", "capacity", "queue",
           "(sum_g M_G x_g + sum_s M_S x[q,s] + M_D X) / 3600 <= sum_o mem_per_core_o y[o,q]"),
     Group("sandbox_disk", "sandbox disk", "GB", "capacity", "queue",
