@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, UTC
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import jinja2
 from markupsafe import Markup
@@ -26,6 +26,7 @@ from advisor.errors import InputError
 from advisor.operations import operating_thresholds
 from advisor.report.decisions import failure_rows, go_no_go, operating_glance
 from advisor.optimizer.groups import BUDGET_GROUPS
+from advisor.report.names import Names
 from advisor.optimizer.optimize import OptimizeResult
 from advisor.optimizer.settings import OptimizerSettings
 from advisor.report.migration import brownfield_kwargs, migration_view, sweep_point
@@ -491,22 +492,51 @@ def _most_used(res: OptimizeResult, cat: Catalog, kind: str) -> str | None:
     return max(units, key=units.get) if units else None
 
 
-def chip_pair(cmp: LayoutComparison, chosen: OptimizeResult, w: Workload, rack: Rack, cat: Catalog,
-              gpu_ids: list[str] | None) -> tuple[str, str, str] | None:
-    """The two SKUs whose chip-level vs rack-level ratio best explains the answer: layout A's CPU against the chosen
-    layout's, else their GPUs, else the chosen GPU against the next faster (per chip) GPU a rack like this can hold."""
-    a = cmp.results[0]
-    for kind in ("cpu", "gpu"):
-        x, y = _most_used(a, cat, kind), _most_used(chosen, cat, kind)
-        if x and y and x != y:
-            return kind, x, y
+class ChipPair(NamedTuple):
+    kind: str
+    chosen: str
+    other: str
+    why: str
+    """Why this comparison matters for the answer."""
+
+
+def _socket_throughput(cat: Catalog, cpu: str) -> float:
+    c = cat.cpus[cpu]
+    return c.cores * c.per_core_perf
+
+
+def cpu_pair(chosen: OptimizeResult, cat: Catalog) -> ChipPair | None:
+    """The chosen CPU against the one a buyer reading spec sheets would take instead: the highest socket throughput
+    among the CPUs the answer's chassis accept (the next highest when the chosen CPU leads already)."""
+    mine = _most_used(chosen, cat, "cpu")
+    if not mine:
+        return None
+    boards = [cat.chassis[s.chassis] for s in chosen.servers if s.cpu == mine]
+    alts = sorted((c for c in cat.cpus if c.id != mine and any(ch.accepts_cpu(c) for ch in boards)),
+                  key=lambda c: -_socket_throughput(cat, c.id))
+    if not alts:
+        return None
+    alt = alts[0]
+    leads = _socket_throughput(cat, mine) >= _socket_throughput(cat, alt.id)
+    why = (f"the CPU with the most socket throughput among those the chosen servers take ({alt.name}), the one a "
+           "buyer comparing spec sheets would pick instead" if not leads else
+           f"the next best socket throughput among the CPUs the chosen servers take ({alt.name}): the chosen CPU "
+           "leads per chip already")
+    return ChipPair("cpu", mine, alt.id, why)
+
+
+def gpu_pair(chosen: OptimizeResult, w: Workload, rack: Rack, cat: Catalog) -> ChipPair | None:
+    """The chosen GPU against its previous generation (`previous_generation` in the catalog), else against the
+    nearest slower GPU per chip a rack like this can hold that serves the model."""
     g0 = _most_used(chosen, cat, "gpu")
     if not g0:
         return None
+    prev = cat.gpus[g0].previous_generation
+    if prev is not None:
+        return ChipPair("gpu", g0, prev, f"{cat.gpus[prev].name} is the generation {cat.gpus[g0].name} succeeds: "
+                                         "what an upgrade from it buys per rack")
     per_chip = {}
     for g in cat.gpus:
-        if gpu_ids and g.id not in gpu_ids:
-            continue
         if not any(ch.accepts_gpu(g) and (ch.cooling == "air" or rack.liquid_cooling_kw > 0) for ch in cat.chassis):
             continue
         try:
@@ -515,10 +545,15 @@ def chip_pair(cmp: LayoutComparison, chosen: OptimizeResult, w: Workload, rack: 
             continue
     if g0 not in per_chip:
         return None
-    faster = sorted((v, k) for k, v in per_chip.items() if k != g0 and v > per_chip[g0])
     slower = sorted(((v, k) for k, v in per_chip.items() if k != g0 and v <= per_chip[g0]), reverse=True)
-    other = (faster or slower or [(None, None)])[0][1]
-    return ("gpu", g0, other) if other else None
+    faster = sorted((v, k) for k, v in per_chip.items() if k != g0 and v > per_chip[g0])
+    if slower:
+        return ChipPair("gpu", g0, slower[0][1], "the catalog has no previous generation of this GPU; this is the "
+                                                 "nearest slower GPU per chip that serves the model in such a rack")
+    if faster:
+        return ChipPair("gpu", g0, faster[0][1], "the catalog has no previous generation of this GPU; this is the "
+                                                 "nearest faster GPU per chip that serves the model in such a rack")
+    return None
 
 
 def layout_story(cmp: LayoutComparison, cat: Catalog) -> list[str]:
@@ -819,18 +854,21 @@ def sensitivity_sweeps(x: ReportInputs, cmp: LayoutComparison) -> dict[str, dict
     return sweeps
 
 
-def chip_comparison(x: ReportInputs, cmp: LayoutComparison, res: OptimizeResult
-                    ) -> tuple[ChipVsRack | None, str | None]:
-    """Chip-vs-rack for the pair that matters to this answer, or why there is none."""
-    pair = chip_pair(cmp, res, x.w, x.rack, x.cat, x.req.gpu_ids) if res.servers else None
-    if not pair:
-        return None, None
-    try:
-        return chip_vs_rack(pair[0], pair[1], pair[2], x.w, x.rack, x.cat, layout=res.layout, racks=x.req.racks,
-                            backend=x.req.solver, time_limit_s=min(x.req.sweep_time_limit_s, x.req.time_limit_s),
-                            settings=x.s), None
-    except InputError as e:
-        return None, str(e)
+def chip_comparisons(x: ReportInputs, res: OptimizeResult) -> tuple[list[dict], list[str]]:
+    """Chip-vs-rack for the pairs that matter to this answer (its CPU against the spec-sheet alternative, its GPU
+    against the previous generation), each with why it was picked; and why a pair has no comparison."""
+    pairs = [p for p in (cpu_pair(res, x.cat), gpu_pair(res, x.w, x.rack, x.cat)) if p] if res.servers else []
+    out, errors = [], []
+    for p in pairs:
+        try:
+            # b over a: the chosen SKU over the alternative, so a ratio above 1 is what the answer gains by it
+            cvr = chip_vs_rack(p.kind, p.other, p.chosen, x.w, x.rack, x.cat, layout=res.layout, racks=x.req.racks,
+                               backend=x.req.solver,
+                               time_limit_s=min(x.req.sweep_time_limit_s, x.req.time_limit_s), settings=x.s)
+            out.append({"why": p.why, "cvr": cvr})
+        except InputError as e:
+            errors.append(f"{p.chosen} against {p.other}: {e}")
+    return out, errors
 
 
 def report_charts(cmp: LayoutComparison, ev: Evaluation | None, split: dict | None, ops: dict,
@@ -896,12 +934,12 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
     timing["sweeps_s"] = time.perf_counter() - t1
 
     t1 = time.perf_counter()
-    cvr, cvr_error = chip_comparison(x, cmp, res)
+    chips, chip_errors = chip_comparisons(x, res)
     timing["chip_vs_rack_s"] = time.perf_counter() - t1
 
     extra = {"chassis": set(), "cpu": set(), "gpu": set()}
-    if cvr:
-        extra[cvr.kind] |= {cvr.a.sku, cvr.b.sku}
+    for c in chips:
+        extra[c["cvr"].kind] |= {c["cvr"].a.sku, c["cvr"].b.sku}
     src = sources(cat, w, rack, cmp.results, extra)
     ops = operations(res, w, s.assumptions, req.alert_headroom)
     split = gpu_time_split(ev) if ev else None
@@ -917,7 +955,7 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
         "req": req, "workload": w, "rack": rack, "cmp": cmp, "res": res, "ev": ev, "glance": glance,
         "bom": bill_of_materials(cat, res, rack, req.racks, s.assumptions.costs),
         "elevation": elevation(cat, res, rack, req.racks),
-        "split": split, "charts": charts, "sweeps": sweeps, "cvr": cvr, "cvr_error": cvr_error,
+        "split": split, "charts": charts, "sweeps": sweeps, "chips": chips, "chip_errors": chip_errors,
         "story": layout_story(cmp, cat), "ops": ops, "risks": risks(res, cmp, sweeps, src, w),
         "pilot": pilot_plan(res, w, rack, cat, req.racks, s.assumptions, req.alert_headroom), "sources": src,
         "assumptions": [f for f in field_docs(s.assumptions) if f["name"] != "costs"],
@@ -935,6 +973,7 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
         "sections": SECTIONS,
         "exports": export_links(res, w, cat, s.assumptions, req.alert_headroom),
         "migration": migration_view(res.migration),
+        "names": Names(cat),
     }
     html = _env().get_template("report.html.j2").render(**ctx)
     timing["total_s"] = time.perf_counter() - t0
@@ -943,7 +982,7 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
 
 def report_data(ctx: dict, s: OptimizerSettings, timing: dict[str, float]) -> dict:
     """The report's figures as JSON (the same context the HTML was rendered from)."""
-    ev, res, cmp, cvr = ctx["ev"], ctx["res"], ctx["cmp"], ctx["cvr"]
+    ev, res, cmp = ctx["ev"], ctx["res"], ctx["cmp"]
     return _finite({
         "request": ctx["req"].model_dump(mode="json"),
         "generated": ctx["generated"],
@@ -953,7 +992,7 @@ def report_data(ctx: dict, s: OptimizerSettings, timing: dict[str, float]) -> di
                  "gpu_time": ctx["split"], "utilization": ev.utilization if ev else {}},
         "comparison": cmp.model_dump(mode="json", exclude={"results": {"__all__": {"evaluation"}}}),
         "chosen": res.model_dump(mode="json"),
-        "chip_vs_rack": cvr.model_dump(mode="json") if cvr else None,
+        "chip_vs_rack": [dict(c["cvr"].model_dump(mode="json"), why=c["why"]) for c in ctx["chips"]],
         "layout_story": ctx["story"],
         "sensitivity": ctx["sweeps"],
         "operations": {"metrics": ctx["ops"]["metrics"], "risks": ctx["risks"], "pilot": ctx["pilot"]},
