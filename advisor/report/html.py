@@ -21,13 +21,15 @@ from pydantic import BaseModel
 
 from advisor.catalog import builtin_catalog, check_sku_ids, load_rack, load_workload
 from advisor.layouts import LAYOUT_COLORS, LAYOUT_NAMES, LAYOUTS, Outcome, best_layout, tied_layouts
-from advisor.optimizer.compare import ChipVsRack, LayoutComparison, chip_vs_rack, compare_layouts
+from advisor.optimizer.compare import LayoutComparison, chip_vs_rack, compare_layouts
 from advisor.errors import InputError
 from advisor.operations import operating_thresholds
 from advisor.report.decisions import failure_rows, go_no_go, operating_glance
 from advisor.optimizer.groups import BUDGET_GROUPS
+from advisor.report import names
 from advisor.report.names import Names
-from advisor.optimizer.optimize import OptimizeResult
+from advisor.report.stages import stage_sensitivity
+from advisor.optimizer.optimize import OptimizeResult, optimize
 from advisor.optimizer.settings import OptimizerSettings
 from advisor.report.migration import brownfield_kwargs, migration_view, sweep_point
 from models.assumptions import ModelAssumptions
@@ -163,7 +165,7 @@ def chart_stage_shares(ev: Evaluation) -> Markup:
     for st in ev.stage_times:
         tot = st.service_s + st.wait_s
         svc = st.share * (st.service_s / tot) if tot > 0 else 0.0
-        rows.append((f"{st.task_class}/{st.stage}", st.resource, svc, st.share - svc))
+        rows.append((names.stage(f"{st.task_class}/{st.stage}"), st.resource, svc, st.share - svc))
     rows.sort(key=lambda r: r[2] + r[3])
     fig = _figure(7.2, 0.9 + 0.28 * len(rows))
     ax = fig.add_subplot()
@@ -248,7 +250,7 @@ def chart_utilization(ev: Evaluation, alerts: dict[str, float]) -> Markup:
         if k in alerts:
             ax.plot([alerts[k], alerts[k]], [i - 0.4, i + 0.4], color="#c44e52", linewidth=1.2)
     ax.set_yticks(range(len(items)))
-    ax.set_yticklabels([k for k, _ in items], parse_math=False)
+    ax.set_yticklabels([names.pool(k) for k, _ in items], parse_math=False)
     ax.axvline(1.0, color="#333", linewidth=0.8, linestyle=":")
     ax.set_xlim(0, max(1.1, max(vals) * 1.15))
     ax.set_xlabel("utilization at the operating point (red tick: alert threshold)", fontsize=8)
@@ -558,6 +560,10 @@ def gpu_pair(chosen: OptimizeResult, w: Workload, rack: Rack, cat: Catalog) -> C
 
 def layout_story(cmp: LayoutComparison, cat: Catalog) -> list[str]:
     """Sentences built from the three layout results: where each puts its power and what stops it."""
+    return [Names(cat).text(line) for line in _layout_story(cmp)]
+
+
+def _layout_story(cmp: LayoutComparison) -> list[str]:
     lines = []
     for r in cmp.results:
         if r.throughput_tasks_per_hour <= 0:
@@ -570,8 +576,8 @@ def layout_story(cmp: LayoutComparison, cat: Catalog) -> list[str]:
             f"{LAYOUT_NAMES[r.layout]}: {_gpus(r)} GPUs, "
             + (f"{r.cores_per_gpu:.1f} host cores per GPU, " if r.cores_per_gpu is not None else "")
             + f"{gpu_w / tot:.0%} of server power in GPU servers and {cpu_w / tot:.0%} in CPU nodes; "
-            f"{r.throughput_tasks_per_hour:,.0f} tasks/h, bottleneck {r.bottleneck}, GPU capacity idle "
-            f"{r.gpu_idle_fraction:.0%}; binding: {', '.join(r.binding_constraints) or 'none'}.")
+            f"{r.throughput_tasks_per_hour:,.0f} tasks/h, bottleneck {names.pool(r.bottleneck)}, GPU capacity idle "
+            f"{r.gpu_idle_fraction:.0%}; binding: {names.budgets(r.binding_constraints)}.")
     a = cmp.results[0]
     best = next(r for r in cmp.results if r.layout == cmp.best_layout)
     if best.layout != "a" and a.throughput_tasks_per_hour > 0 and best.throughput_tasks_per_hour > 0:
@@ -581,7 +587,7 @@ def layout_story(cmp: LayoutComparison, cat: Catalog) -> list[str]:
         lines.append(
             f"{same}per rack, {LAYOUT_NAMES[best.layout]} finishes "
             f"{best.throughput_tasks_per_hour / a.throughput_tasks_per_hour:.2f}x the tasks of layout A, whose "
-            f"bottleneck is {a.bottleneck} with {a.gpu_idle_fraction:.0%} of its GPU serving capacity idle: the same "
+            f"bottleneck is {names.pool(a.bottleneck)} with {a.gpu_idle_fraction:.0%} of its GPU serving capacity idle: the same "
             "power, cooling and space buy a better-balanced set of GPUs and CPU cores.")
     return lines
 
@@ -598,29 +604,29 @@ def operations(res: OptimizeResult, w: Workload, assumptions: ModelAssumptions, 
     for q in t.queues:
         u, u_alert, wait_alert = q.utilization, q.utilization_alert, q.wait_alert_s
         metrics += [
-            {"metric": f"CPU run-queue depth per core, queue {q.queue}", "scope": f"hosts serving {', '.join(q.classes)}",
+            {"metric": f"CPU run-queue depth per core, {names.queue_name(q.queue)}", "scope": f"hosts serving {', '.join(q.classes)}",
              "expected": fmt(q.run_queue_depth_per_core, ".2f"), "alert": f"> {fmt(q.run_queue_depth_per_core_alert, '.2f')}",
              "basis": f"busy cores {u:.0%} of {q.cores:,.0f} plus waiting calls x {q.mean_parallelism:.2f} cores "
                       f"(M/M/{q.servers}); alert at {u_alert:.0%} load"},
-            {"metric": f"Tool-call wait for a core, {tail_label}, queue {q.queue}", "scope": "scheduler / sandbox pool",
+            {"metric": f"Tool-call wait for a core, {tail_label}, {names.queue_name(q.queue)}", "scope": "scheduler / sandbox pool",
              "expected": secs(q.wait_tail_s), "alert": f"> {secs(wait_alert)}",
-             "basis": f"M/M/c wait quantile ({q.servers} call slots, {q.calls_per_s:.3f} calls/s, call "
+             "basis": f"M/M/c wait quantile ({q.servers} call slots, {q.calls_per_s:,.1f} calls/s, call "
                       f"{q.mean_call_s:.2f} s) at {u:.0%} load; alert "
                       + (f"at the workload's tool-wait target ({secs(q.wait_target_s)})" if q.wait_target_s
                          else f"at the wait quantile at {u_alert:.0%} load")},
-            {"metric": f"Tool calls waiting for a core, queue {q.queue}", "scope": "scheduler / sandbox pool",
+            {"metric": f"Tool calls waiting for a core, {names.queue_name(q.queue)}", "scope": "scheduler / sandbox pool",
              "expected": fmt(q.waiting_calls_mean, ".2f"), "alert": f"> {q.waiting_calls_alert:,}",
              "basis": f"M/M/c queue length at the planned load: mean {q.waiting_calls_mean:.2f}; alert above its "
                       f"{tail_label}"},
-            {"metric": f"Sandbox start time, {tail_label}, queue {q.queue}", "scope": "sandbox runtime",
+            {"metric": f"Sandbox start time, {tail_label}, {names.queue_name(q.queue)}", "scope": "sandbox runtime",
              "expected": "pilot baseline", "alert": f"> baseline × {1 + headroom:g} + {secs(wait_alert)}",
              "basis": "the model has no sandbox start cost; a start waits for a core like a tool call, so alert "
                       f"when it exceeds the baseline by the headroom ({headroom:.0%}) plus the core-wait alert"},
-            {"metric": f"I/O wait share of core time, queue {q.queue}", "scope": "tool hosts",
+            {"metric": f"I/O wait share of core time, {names.queue_name(q.queue)}", "scope": "tool hosts",
              "expected": "≈ 0 (tools modelled CPU-bound)", "alert": f"> {q.iowait_share_alert:.0%}",
              "basis": f"I/O wait eats the {1 - u:.0%} headroom the queue has at {u:.0%} utilization; "
                       f"alert when it takes {headroom:.0%} of it"},
-            {"metric": f"CPU utilization, queue {q.queue}", "scope": "tool hosts", "expected": f"{u:.0%}",
+            {"metric": f"CPU utilization, {names.queue_name(q.queue)}", "scope": "tool hosts", "expected": f"{u:.0%}",
              "alert": f"> {u_alert:.0%}", "basis": "pipeline model at the operating point"},
         ]
     if t.gpu:
@@ -670,7 +676,21 @@ def export_links(res: OptimizeResult, w: Workload, cat: Catalog, assumptions: Mo
     return out
 
 
-def risks(res: OptimizeResult, cmp: LayoutComparison, sweeps: dict, sources: list[dict], w: Workload) -> list[str]:
+def risks(res: OptimizeResult, cmp: LayoutComparison, sweeps: dict, sources: list[dict], w: Workload,
+          cat: Catalog) -> list[str]:
+    """One list of risks in people's words: a warning the evaluator and the optimizer both raise is listed once."""
+    n = Names(cat)
+    out, seen = [], set()
+    for r in _risks(res, sweeps, sources):
+        text = n.text(r)
+        key = re.sub(r"^(Model|Optimizer) warning: ", "", text)
+        if key not in seen:
+            seen.add(key)
+            out.append(text)
+    return out
+
+
+def _risks(res: OptimizeResult, sweeps: dict, sources: list[dict]) -> list[str]:
     out = []
     ev = res.evaluation
     if res.status not in ("optimal",):
@@ -678,15 +698,15 @@ def risks(res: OptimizeResult, cmp: LayoutComparison, sweeps: dict, sources: lis
                    + ": a better configuration may exist; re-run with a longer time limit.")
     if ev is not None:
         if ev.bottleneck_kind in ("cpu", "slo", "memory"):
-            out.append(f"The bottleneck is {ev.bottleneck}: throughput scales with the tool work per task; if tools "
+            out.append(f"The bottleneck is {names.pool(ev.bottleneck)}: throughput scales with the tool work per task; if tools "
                        "are heavier than the workload file says, throughput falls in proportion (see the tool-time "
                        "sweep).")
         elif ev.bottleneck_kind in ("disk", "io"):
-            out.append(f"The bottleneck is {ev.bottleneck}: sandbox storage (local NVMe capacity or bandwidth) limits "
+            out.append(f"The bottleneck is {names.pool(ev.bottleneck)}: sandbox storage (local NVMe capacity or bandwidth) limits "
                        "throughput; the per-sandbox disk and per-call I/O figures of the workload decide it, so "
                        "measure them in the pilot.")
         elif ev.bottleneck_kind in ("gpu", "orchestration"):
-            out.append(f"The bottleneck is {ev.bottleneck}: serving rates (tokens per call, batching) decide the "
+            out.append(f"The bottleneck is {names.pool(ev.bottleneck)}: serving rates (tokens per call, batching) decide the "
                        "throughput; verify them in the pilot.")
         for s in ev.serving:
             if not s.calibrated:
@@ -696,12 +716,13 @@ def risks(res: OptimizeResult, cmp: LayoutComparison, sweeps: dict, sources: lis
         out += [f"Model warning: {x}" for x in ev.warnings]
     budgets = [g for g in res.binding_constraints if g in BUDGET_GROUPS]
     if budgets:
-        out.append(f"Binding budgets: {', '.join(budgets)}; a lower real budget (derating, a hot aisle) removes "
+        out.append(f"Binding budgets: {names.budgets(budgets)}; a lower real budget (derating, a hot aisle) removes "
                    "servers first (see the power sweep).")
     for sw in sweeps.values():
         for ch in sw["changes"]:
             what = "rack power" if sw["kind"] == "power" else "tool work per task"
-            out.append(f"The best layout changes from {ch['from']} to {ch['to']} when {what} moves from "
+            out.append(f"The best layout changes from {LAYOUT_NAMES.get(ch['from'], ch['from'])} to "
+                       f"{LAYOUT_NAMES.get(ch['to'], ch['to'])} when {what} moves from "
                        f"{ch['after']:g}x to {ch['before']:g}x of the plan.")
     assumed = [s["id"] for s in sources if s["source"].lower().startswith("assumption")]
     if assumed:
@@ -914,6 +935,34 @@ def at_a_glance(x: ReportInputs, cmp: LayoutComparison, res: OptimizeResult, cap
     }
 
 
+def budget_rows(res: OptimizeResult, rack: Rack, racks: int) -> list[dict]:
+    """The budget table in the units the rest of the report uses: power and heat in kW, space in U of the whole rack
+    height (the reserved U counted as used, as the bill of materials and the elevation count them)."""
+    rows = []
+    for c in res.constraints:
+        if c.group not in BUDGET_GROUPS:
+            continue
+        used, avail, unit, f = c.used, c.available, c.unit, ",.0f"
+        if c.unit == "W":
+            used, avail, unit, f = used / 1000, avail / 1000, "kW", ",.1f"
+        elif c.group == "space":
+            used, avail = used + rack.reserved_u, avail + rack.reserved_u
+        rows.append({"id": c.name, "title": names.constraint(c.name, c.group, racks), "used": used,
+                     "available": avail, "unit": unit, "fmt": f, "binding": c.binding})
+    return rows
+
+
+def _short(name: str) -> str:
+    """A catalog name without its parenthesized details: `Interactive coding agents (Claude Code ...)` -> the
+    first part."""
+    return re.sub(r"\s*\([^)]*\)", "", name).strip() or name
+
+
+def short_title(w: Workload, rack: Rack) -> str:
+    """One line: what runs, in which rack."""
+    return f"{_short(w.name)} in a {_short(rack.name)[:1].lower()}{_short(rack.name)[1:]}"
+
+
 def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
                   settings: OptimizerSettings | None = None) -> tuple[str, dict]:
     """Optimize, explain and render. Returns (html, data); raises InputError for bad input.
@@ -937,6 +986,14 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
     chips, chip_errors = chip_comparisons(x, res)
     timing["chip_vs_rack_s"] = time.perf_counter() - t1
 
+    t1 = time.perf_counter()
+    stage_sens = stage_sensitivity(
+        res, w, rack, cat, s.assumptions, req.stage_step,
+        lambda w2: optimize(w2, rack, cat, layout=res.layout, explain=False, spares=req.spares,
+                            time_limit_s=min(req.sweep_time_limit_s, req.time_limit_s), **x.solve_kwargs(),
+                            **brownfield_kwargs(req)))
+    timing["stage_sensitivity_s"] = time.perf_counter() - t1
+
     extra = {"chassis": set(), "cpu": set(), "gpu": set()}
     for c in chips:
         extra[c["cvr"].kind] |= {c["cvr"].a.sku, c["cvr"].b.sku}
@@ -950,13 +1007,13 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
 
     glance = at_a_glance(x, cmp, res, capital(cat, res, s.assumptions.costs))
     ctx = {
-        "title": f"Rack recommendation: {w.name} in {rack.name}",
+        "title": short_title(w, rack),
         "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "req": req, "workload": w, "rack": rack, "cmp": cmp, "res": res, "ev": ev, "glance": glance,
         "bom": bill_of_materials(cat, res, rack, req.racks, s.assumptions.costs),
         "elevation": elevation(cat, res, rack, req.racks),
         "split": split, "charts": charts, "sweeps": sweeps, "chips": chips, "chip_errors": chip_errors,
-        "story": layout_story(cmp, cat), "ops": ops, "risks": risks(res, cmp, sweeps, src, w),
+        "story": layout_story(cmp, cat), "ops": ops, "risks": risks(res, cmp, sweeps, src, w, cat),
         "pilot": pilot_plan(res, w, rack, cat, req.racks, s.assumptions, req.alert_headroom), "sources": src,
         "assumptions": [f for f in field_docs(s.assumptions) if f["name"] != "costs"],
         "optimizer_settings": [f for f in field_docs(s) if f["name"] not in ("assumptions", "time_limit_s")],
@@ -965,6 +1022,7 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
                             if n in ("solver", "time_limit_s", "power_factors", "tool_factors", "sweep_time_limit_s",
                                      "sweep_budget_s", "alert_headroom")],
         "constraints": [c for c in res.constraints if c.group in BUDGET_GROUPS],
+        "budget_rows": budget_rows(res, rack, req.racks),
         "bounds": sorted(ev.bounds, key=lambda b: b.tasks_per_hour) if ev else [],
         "per_1000": {r.layout: _kwh_per_1000(r) for r in cmp.results},
         "usd_per_1000": {r.layout: _usd_per_1000(r) for r in cmp.results},
@@ -974,6 +1032,7 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
         "exports": export_links(res, w, cat, s.assumptions, req.alert_headroom),
         "migration": migration_view(res.migration),
         "names": Names(cat),
+        "stage_sens": stage_sens,
     }
     html = _env().get_template("report.html.j2").render(**ctx)
     timing["total_s"] = time.perf_counter() - t0
@@ -1000,5 +1059,6 @@ def report_data(ctx: dict, s: OptimizerSettings, timing: dict[str, float]) -> di
         "assumptions": {"model": s.assumptions.model_dump(mode="json"),
                         "optimizer": s.model_dump(mode="json", exclude={"assumptions"})},
         "migration": ctx["migration"],
+        "stage_sensitivity": ctx["stage_sens"],
         "timing": timing,
     })

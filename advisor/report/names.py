@@ -65,11 +65,39 @@ def stage(name: str) -> str:
     return f"{words} ({cls})" if cls else words
 
 
+_POOL_ID = re.compile(r"\b(?P<kind>cpu|memory|disk|io|slo):(?P<q>[A-Za-z0-9_.-]+)")
+_GROUP_ID = re.compile(r"\b(?P<g>[a-z]+(?:_[a-z]+)+)(?:_r(?P<rack>\d+))?\b")
+_SERVING_KEY = re.compile(r"(?P<gpu>[A-Za-z0-9.-]+)@d(?P<d>\d+)")
+
+
 class Names:
-    """Name lookups bound to one catalog (the report template's `names`)."""
+    """Name lookups bound to one catalog (the report template's `names`), and `text`, which rewrites the ids in a
+    sentence the model or the optimizer wrote (`binding: cooling_air`, `GPU b200@d8`) in people's words."""
 
     def __init__(self, cat: Catalog):
         self.cat = cat
+        ids = {e.id: e.name for table in (self.cat.chassis, self.cat.cpus, self.cat.gpus) for e in table}
+        self._ids = ids
+        # longest first, so `hgx-b200-sp5-10u` is one match and not `b200` inside it
+        alts = "|".join(re.escape(i) for i in sorted(ids, key=len, reverse=True))
+        self._sku_re = re.compile(rf"(?<![\w.@/-])({alts})(?![\w@-])") if ids else None
+
+    def text(self, s: str) -> str:
+        """People's words for the ids in one sentence."""
+        s = re.sub(r"\bqueue shared\b", "shared queue", s)
+        s = _SERVING_KEY.sub(lambda m: f"{self._ids.get(m['gpu'], m['gpu'])} ({m['d']}-GPU serving domain)", s)
+        s = _POOL_ID.sub(lambda m: pool(f"{m['kind']}:{m['q']}"), s)
+
+        def grp(m: re.Match) -> str:
+            base = m["g"]
+            if base not in GROUPS:
+                return m[0]
+            return GROUPS[base].title + (f" (rack {int(m['rack']) + 1})" if m["rack"] is not None else "")
+        s = _GROUP_ID.sub(grp, s)
+        s = re.sub(r"\b(power|space|weight)_r(\d+)\b", lambda m: f"{GROUPS[m[1]].title} (rack {int(m[2]) + 1})", s)
+        if self._sku_re is not None:
+            s = self._sku_re.sub(lambda m: self._ids[m[1]], s)
+        return s
 
     def sku(self, sku_id: str | None) -> str:
         if not sku_id:
