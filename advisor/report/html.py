@@ -524,7 +524,7 @@ def cpu_pair(chosen: OptimizeResult, cat: Catalog) -> ChipPair | None:
            "buyer comparing spec sheets would pick instead" if not leads else
            f"the next best socket throughput among the CPUs the chosen servers take ({alt.name}): the chosen CPU "
            "leads per chip already")
-    return ChipPair("cpu", mine, alt.id, why)
+    return ChipPair("cpu", mine, alt.id, why + "; each side is the rack re-optimized with every server on that CPU")
 
 
 def gpu_pair(chosen: OptimizeResult, w: Workload, rack: Rack, cat: Catalog) -> ChipPair | None:
