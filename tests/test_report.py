@@ -217,6 +217,7 @@ def test_no_internal_id_in_the_visible_report(which, request, tmp_path):
     risks = [re.sub(r"^(?:Model|Optimizer) warning: ", "", r) for r in data["operations"]["risks"]]
     assert len(risks) == len(set(risks)), risks  # a warning both the evaluator and the optimizer raise is listed once
     # space is shown one way everywhere: "<used> of <height> U", the same figures in the glance and the budgets
+    assert not re.findall(r"\d+ ?/ ?\d+ U\b", text), "space written as 'a / b U' somewhere"
     spaces = set(re.findall(r"(\d+) (?:U )?of (\d+) U", text))
     assert len(spaces) == 1, spaces
     g = data["glance"]
