@@ -171,6 +171,10 @@ def check_references(cat: Catalog, folder: Path) -> None:
     for ch in cat.chassis:
         if ch.default_cpu is not None and ch.default_cpu not in cat.cpus:
             raise InputError(f"{folder}/chassis.yaml: entry {ch.id!r}: default_cpu: {UnknownId('cpu', ch.default_cpu, list(cat.cpus.entries))}")
+    for g in cat.gpus:
+        if g.previous_generation is not None and g.previous_generation not in cat.gpus:
+            raise InputError(f"{folder}/gpus.yaml: entry {g.id!r}: previous_generation: "
+                             f"{UnknownId('gpu', g.previous_generation, list(cat.gpus.entries))}")
     for ch in cat.chassis:
         if ch.part_of_system is not None and ch.part_of_system not in cat.systems:
             raise InputError(f"{folder}/chassis.yaml: entry {ch.id!r}: part_of_system: "

@@ -171,6 +171,11 @@ class ReportRequest(_Request):
     """Solver time limit per sweep point and layout."""
     sweep_budget_s: float = Field(default=20.0, gt=0)
     """Wall-clock budget for both sweeps together (half each); points left when it runs out are marked skipped."""
+    stage_step: float = Field(default=0.2, gt=0, le=1)
+    """Relative change applied to each stage's count per task to find the stage shares the answer depends on most
+    (each stage in turn; the chosen configuration re-evaluated, the most telling stage re-solved). 0.2: the relative
+    half-width of the 95% confidence interval `advisor fit` gives for the largest GPU stage share from 400 traced
+    swe-agent tasks (test-heavy/generate 21.5%, CI 17.7-25.4%): how far a measured share can be off."""
     alert_headroom: float = Field(default=0.5, gt=0, lt=1)
     """Alert thresholds sit this far from the model's operating-point value towards the metric's limit
     (0.5: halfway between the expected utilization and saturation)."""

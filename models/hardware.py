@@ -86,6 +86,9 @@ class GpuSku(Sourced):
     """Cooling the part requires at its rated power."""
     price_usd: float | None = Field(default=None, gt=0)
     """Reported price per GPU in USD, when public."""
+    previous_generation: str | None = None
+    """Catalog id of the GPU this one succeeds in its vendor's line (the part a buyer upgrades from), when the catalog
+    holds it; the report's chip-vs-rack comparison sets the chosen GPU against it."""
 
 
 class Nic(Input):

@@ -509,7 +509,7 @@ def evaluate(
         if cpu_work[q.name] > 0:
             bounds.append(Bound(
                 name=f"cpu:{q.name}", kind="cpu", tasks_per_hour=qcap[q.name] / cpu_work[q.name] * HOUR_S,
-                detail=f"{qcores[q.name]:g} cores x perf {qperf[q.name]:.3f} / {cpu_work[q.name]:.1f} "
+                detail=f"{round(qcores[q.name], 1):,g} cores x perf {qperf[q.name]:.2f} / {cpu_work[q.name]:.1f} "
                 "reference core-s per task",
             ))
         if mem_demand[q.name] > 0:
@@ -554,7 +554,7 @@ def evaluate(
                 name=f"slo:{q.name}", kind="slo", tasks_per_hour=lam / cpu_calls[q.name] * HOUR_S,
                 detail=f"{qservers[q.name]} tool slots with {qmean_call[q.name]:.2f} s calls (M/M/c waits x "
                 f"{qwait_scale[q.name]:.2f} for call-time variability) keep p{a.tail_quantile * 100:g} wait <= "
-                f"{slo.tool_wait_p95_seconds:g} s up to {lam:.3f} calls/s",
+                f"{slo.tool_wait_p95_seconds:g} s up to {lam:,.1f} calls/s",
             ))
     # I/O station: streams of io_stream_mbps each, M/M/c waits scaled for call-time variability like a tool queue.
     io_streams: dict[str, int] = {}

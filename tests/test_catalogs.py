@@ -215,6 +215,20 @@ def test_negative_tdp_names_file_entry_field(mini_copy):
     assert "greater than 0" in msg
 
 
+def test_unknown_previous_generation_names_the_entry(mini_copy):
+    edit(mini_copy / "gpus.yaml", "price_usd: 25000", "price_usd: 25000, previous_generation: gpu-old")  # gpu-x
+    msg = load_error(mini_copy)
+    assert "gpus.yaml" in msg and "gpu-x" in msg and "previous_generation" in msg and "gpu-old" in msg
+
+
+def test_builtin_previous_generations_are_catalog_gpus():
+    from advisor.catalog import builtin_catalog
+
+    cat = builtin_catalog()
+    prev = {g.id: g.previous_generation for g in cat.gpus if g.previous_generation}
+    assert prev and all(p in cat.gpus and p != g for g, p in prev.items())
+
+
 def test_unknown_field_names_file_entry_field(mini_copy):
     edit(mini_copy / "gpus.yaml", "price_usd: 25000", "price_usd: 25000, tdp_watts: 700")  # gpu-x
     msg = load_error(mini_copy)

@@ -164,3 +164,61 @@ def test_cli_report(tmp_path):
     bad = CliRunner().invoke(app, ["report", "--workload", "agent", "--rack", "r40", "--layout", "a", "--compare",
                                    "--catalog", str(MINI), "-o", str(out)])
     assert bad.exit_code == 2
+
+
+VISIBLE_TEXT = """(() => { document.querySelectorAll('.ids').forEach(e => e.remove());
+  return document.body.innerText; })()"""
+"""The text a reader sees: closed <details> (the sources) are not rendered, and the id columns are removed first."""
+INTERNAL = [
+    (re.compile(r"\b(?:cooling_air|cooling_liquid|power_feed|gpu_serving|gpu_compute|tool_cores|sandbox_memory)\b"),
+     "a constraint group id"),
+    (re.compile(r"\b(?:power|space|weight|cooling_air|power_feed)_r\d+\b"), "a per-rack constraint id"),
+    (re.compile(r"\b(?:cpu|slo|memory|disk|io):[\w-]+"), "a pool id"),
+    (re.compile(r"\bmodels\.\w+\.\w+\(|<function |object at 0x"), "a raw function repr"),
+    (re.compile(r"\bbest layout (?:a|b|hybrid)\b"), "the raw compare summary"),
+    (re.compile(r"[\w-]+@d\d+\b"), "a serving key"),
+    (re.compile(r"(?<![\d.,])\d+\.\d{3,} ?(?:cores|calls|kW|W\b|U\b|kg|tasks|s\b|GB|MB|%)"),
+     "a measured figure with 3 or more decimals"),
+]
+
+
+@pytest.fixture(scope="module")
+def rl_report():
+    req = {"workload": "rl-rollout", "rack": "air-40kw", "power_factors": [1.0, 1.25], "tool_factors": [1.0, 2.0],
+           "sweep_time_limit_s": 3, "time_limit_s": 30}
+    return render_report(req, builtin_catalog())
+
+
+@pytest.mark.parametrize("which", ["builtin_report", "rl_report"])
+def test_no_internal_id_in_the_visible_report(which, request, tmp_path):
+    """People's names everywhere a reader looks (ids only in the id columns), one set of totals, each risk once, a
+    short title, the sources collapsed; the page as Chromium renders it is saved as a test artefact."""
+    html, data = request.getfixturevalue(which)
+    cat = builtin_catalog()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page = ARTIFACTS / f"report-{which}.html"
+    page.write_text(html, encoding="utf-8")
+    with Chromium(tmp_path / "profile", log_path=tmp_path / "chromium.log") as b:
+        sid = b.new_page()
+        b.navigate(sid, page.as_uri())
+        w, h = b.screenshot(sid, ARTIFACTS / f"report-{which}.png")
+        assert h > 2000
+        title = b.evaluate(sid, "document.querySelector('h1').innerText")
+        closed = b.evaluate(sid, "[...document.querySelectorAll('details')].filter(d => !d.open).length")
+        text = b.evaluate(sid, VISIBLE_TEXT)
+    assert len(title) <= 80 and "(" not in title, title
+    assert closed >= 1 and data["sources"][0]["source"][:60] not in text  # the sources are collapsed
+    for pattern, what in INTERNAL:
+        hits = pattern.findall(text)
+        assert not hits, f"{what} in the visible report: {hits[:5]}"
+    ids = {e.id for t in (cat.cpus, cat.gpus, cat.chassis) for e in t}
+    leaked = sorted(i for i in ids if re.search(rf"(?<![\w.-]){re.escape(i)}(?![\w-])", text))
+    assert not leaked, f"catalog ids in the visible report: {leaked}"
+    risks = [re.sub(r"^(?:Model|Optimizer) warning: ", "", r) for r in data["operations"]["risks"]]
+    assert len(risks) == len(set(risks)), risks  # a warning both the evaluator and the optimizer raise is listed once
+    # space is shown one way everywhere: "<used> of <height> U", the same figures in the glance and the budgets
+    assert not re.findall(r"\d+ ?/ ?\d+ U\b", text), "space written as 'a / b U' somewhere"
+    spaces = set(re.findall(r"(\d+) (?:U )?of (\d+) U", text))
+    assert len(spaces) == 1, spaces
+    g = data["glance"]
+    assert spaces == {(str(g["space_u"]), str(g["space_budget_u"]))}

@@ -314,6 +314,10 @@ def chip_vs_rack_cmd(
         print(res.model_dump_json(indent=2))
     else:
         out.print(f"{res.per_chip_metric}: {res.a.sku} {res.a.per_chip:,.1f}, {res.b.sku} {res.b.per_chip:,.1f}")
+        f = res.factors
+        if f is not None and res.rack_ratio is not None:
+            out.print(f"rack ratio {res.rack_ratio:.2f}x = efficiency {f.efficiency:.2f}x (chip {f.chip:.2f}x x units "
+                      f"{f.units:.2f}x) x scheduling {f.scheduling:.2f}x")
         out.print(res.explanation)
 
 

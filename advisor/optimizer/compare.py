@@ -77,9 +77,32 @@ class SideResult(Frozen):
     throughput_tasks_per_hour: float
     units_in_row: int
     """Sockets (CPU) or GPUs (GPU) of this SKU the optimizer placed."""
+    servers: int = 0
+    """Servers holding those units (GPU servers for a GPU; servers with this CPU for a CPU)."""
     power_w: float
     bottleneck: str
     binding_constraints: list[str]
+
+    @property
+    def installed(self) -> float:
+        """Chip capacity in the rack: units placed x the per-chip figure."""
+        return self.units_in_row * self.per_chip
+
+
+class RatioFactors(Frozen):
+    """rack ratio = efficiency x scheduling, each b over a.
+
+    efficiency = installed chip capacity b / a = chip ratio x unit-count ratio (more useful chips within the same
+    power, cooling and space); scheduling = (tasks/h per unit of installed capacity) b / a (less idle time: how much
+    of what is installed turns into finished tasks). Their product is the rack ratio by construction."""
+
+    chip: float
+    units: float
+    """Units placed, b over a (sockets or GPUs)."""
+    efficiency: float
+    """chip x units: installed capacity, b over a."""
+    scheduling: float
+    """Throughput per unit of installed capacity, b over a."""
 
 
 class ChipVsRack(Frozen):
@@ -91,7 +114,19 @@ class ChipVsRack(Frozen):
     """b over a, chip level."""
     rack_ratio: float | None
     """b over a, rack level under the same budgets."""
+    factors: RatioFactors | None = None
+    """The rack ratio as efficiency x scheduling (None without a rack ratio)."""
     explanation: str
+
+
+def ratio_factors(a: SideResult, b: SideResult) -> RatioFactors | None:
+    """Split b's rack ratio over a into efficiency (installed capacity) and scheduling (tasks per unit of it)."""
+    if min(a.installed, b.installed, a.throughput_tasks_per_hour) <= 0:
+        return None
+    return RatioFactors(chip=b.per_chip / a.per_chip, units=b.units_in_row / a.units_in_row,
+                        efficiency=b.installed / a.installed,
+                        scheduling=(b.throughput_tasks_per_hour / b.installed)
+                        / (a.throughput_tasks_per_hour / a.installed))
 
 
 def chip_vs_rack(kind: Literal["cpu", "gpu"], sku_a: str, sku_b: str, workload: Workload, rack: Rack,
@@ -103,17 +138,19 @@ def chip_vs_rack(kind: Literal["cpu", "gpu"], sku_a: str, sku_b: str, workload: 
             per_chip = gpu_serving(workload, g, kw.get("settings", OptimizerSettings()).assumptions
                                    .tensor_parallel_domain_gpus).tasks_per_s_per_gpu() * 3600.0
             res = optimize(workload, rack, catalog, layout=layout, gpu_ids=[sku], explain=False, **kw)
-            units = sum(s.count * s.gpus_per_server for s in res.servers)
+            mine = [s for s in res.servers if s.gpu == sku]
+            units = sum(s.count * s.gpus_per_server for s in mine)
             metric = "serving tasks/h per GPU (model calibration or roofline)"
         else:
             c = catalog.cpus[sku]
             per_chip = c.cores * c.per_core_perf
             res = optimize(workload, rack, catalog, layout=layout, cpu_ids=[sku], explain=False, **kw)
-            units = sum(s.count * catalog.chassis[s.chassis].cpu_sockets for s in res.servers if s.cpu == sku)
+            mine = [s for s in res.servers if s.cpu == sku]
+            units = sum(s.count * catalog.chassis[s.chassis].cpu_sockets for s in mine)
             metric = "socket throughput: cores x per-core performance (reference cores)"
         sides.append(SideResult(sku=sku, per_chip=per_chip, throughput_tasks_per_hour=res.throughput_tasks_per_hour,
-                                units_in_row=units, power_w=res.power_w, bottleneck=res.bottleneck,
-                                binding_constraints=res.binding_constraints))
+                                units_in_row=units, servers=sum(s.count for s in mine), power_w=res.power_w,
+                                bottleneck=res.bottleneck, binding_constraints=res.binding_constraints))
     a, b = sides
     missing = [x.sku for x in sides if x.units_in_row == 0]
     chip = b.per_chip / a.per_chip
@@ -123,13 +160,17 @@ def chip_vs_rack(kind: Literal["cpu", "gpu"], sku_a: str, sku_b: str, workload: 
                                        f"chassis in layout {layout} takes it, or none that fits the rack), so there is "
                                        "no rack-level ratio to compare"))
     rack_ratio = b.throughput_tasks_per_hour / a.throughput_tasks_per_hour if a.throughput_tasks_per_hour else None
+    f = ratio_factors(a, b)
     unit = "GPUs" if kind == "gpu" else "sockets"
-    why = (f"chip level {b.sku} is {chip:.2f}x {a.sku}; in the rack it is "
-           + (f"{rack_ratio:.2f}x" if rack_ratio is not None else "n/a")
-           + f": {a.units_in_row} {unit} of {a.sku} fit ({a.power_w / 1000:,.1f} kW, bottleneck {a.bottleneck}, "
-           f"binding {', '.join(a.binding_constraints) or 'none'}) against {b.units_in_row} {unit} of {b.sku} "
-           f"({b.power_w / 1000:,.1f} kW, bottleneck {b.bottleneck}, binding {', '.join(b.binding_constraints) or 'none'}). "
-           "Rack-level gains differ from chip-level ones because power, cooling and space decide how many chips fit, "
-           "and what the other side (GPU or CPU) gets of what is left.")
+    why = (f"per chip {b.sku} is {chip:.2f}x {a.sku}; in the rack it is "
+           + (f"{rack_ratio:.2f}x" if rack_ratio is not None else "n/a") + ". "
+           + (f"Efficiency {f.efficiency:.2f}x: {b.units_in_row} {unit} of {b.sku} in {b.servers} servers fit "
+              f"against {a.units_in_row} {unit} of {a.sku} in {a.servers} ({f.units:.2f}x the chips, each "
+              f"{chip:.2f}x as fast). Scheduling {f.scheduling:.2f}x: each unit of installed {b.sku} capacity "
+              f"finishes {f.scheduling:.2f}x the tasks of {a.sku}'s (bottleneck {b.bottleneck} against "
+              f"{a.bottleneck}). {f.efficiency:.2f} x {f.scheduling:.2f} = {rack_ratio:.2f}. "
+              if f is not None and rack_ratio is not None else "")
+           + "Power, cooling and space decide how many chips fit, and the rest of the rack (GPU or CPU) decides how "
+           "much of their capacity turns into finished tasks.")
     return ChipVsRack(kind=kind, per_chip_metric=metric, a=a, b=b, chip_ratio=chip, rack_ratio=rack_ratio,
-                      explanation=why)
+                      factors=f, explanation=why)

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, UTC
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import jinja2
 from markupsafe import Markup
@@ -22,12 +22,15 @@ from pydantic import BaseModel
 from advisor.catalog import builtin_catalog, check_sku_ids, load_rack, load_workload
 from advisor.deadline import Deadline
 from advisor.layouts import LAYOUT_COLORS, LAYOUT_NAMES, LAYOUTS, Outcome, best_layout, tied_layouts
-from advisor.optimizer.compare import ChipVsRack, LayoutComparison, chip_vs_rack, compare_layouts
+from advisor.optimizer.compare import LayoutComparison, chip_vs_rack, compare_layouts
 from advisor.errors import InputError
 from advisor.operations import operating_thresholds
 from advisor.report.decisions import failure_rows, go_no_go, operating_glance
 from advisor.optimizer.groups import BUDGET_GROUPS
-from advisor.optimizer.optimize import OptimizeResult
+from advisor.report import names
+from advisor.report.names import Names
+from advisor.report.stages import stage_sensitivity
+from advisor.optimizer.optimize import OptimizeResult, optimize
 from advisor.optimizer.settings import OptimizerSettings
 from advisor.report.migration import brownfield_kwargs, migration_view, sweep_point
 from models.assumptions import ModelAssumptions
@@ -163,7 +166,7 @@ def chart_stage_shares(ev: Evaluation) -> Markup:
     for st in ev.stage_times:
         tot = st.service_s + st.wait_s
         svc = st.share * (st.service_s / tot) if tot > 0 else 0.0
-        rows.append((f"{st.task_class}/{st.stage}", st.resource, svc, st.share - svc))
+        rows.append((names.stage(f"{st.task_class}/{st.stage}"), st.resource, svc, st.share - svc))
     rows.sort(key=lambda r: r[2] + r[3])
     fig = _figure(7.2, 0.9 + 0.28 * len(rows))
     ax = fig.add_subplot()
@@ -248,7 +251,7 @@ def chart_utilization(ev: Evaluation, alerts: dict[str, float]) -> Markup:
         if k in alerts:
             ax.plot([alerts[k], alerts[k]], [i - 0.4, i + 0.4], color="#c44e52", linewidth=1.2)
     ax.set_yticks(range(len(items)))
-    ax.set_yticklabels([k for k, _ in items], parse_math=False)
+    ax.set_yticklabels([names.pool(k) for k, _ in items], parse_math=False)
     ax.axvline(1.0, color="#333", linewidth=0.8, linestyle=":")
     ax.set_xlim(0, max(1.1, max(vals) * 1.15))
     ax.set_xlabel("utilization at the operating point (red tick: alert threshold)", fontsize=8)
@@ -492,22 +495,51 @@ def _most_used(res: OptimizeResult, cat: Catalog, kind: str) -> str | None:
     return max(units, key=units.get) if units else None
 
 
-def chip_pair(cmp: LayoutComparison, chosen: OptimizeResult, w: Workload, rack: Rack, cat: Catalog,
-              gpu_ids: list[str] | None) -> tuple[str, str, str] | None:
-    """The two SKUs whose chip-level vs rack-level ratio best explains the answer: layout A's CPU against the chosen
-    layout's, else their GPUs, else the chosen GPU against the next faster (per chip) GPU a rack like this can hold."""
-    a = cmp.results[0]
-    for kind in ("cpu", "gpu"):
-        x, y = _most_used(a, cat, kind), _most_used(chosen, cat, kind)
-        if x and y and x != y:
-            return kind, x, y
+class ChipPair(NamedTuple):
+    kind: str
+    chosen: str
+    other: str
+    why: str
+    """Why this comparison matters for the answer."""
+
+
+def _socket_throughput(cat: Catalog, cpu: str) -> float:
+    c = cat.cpus[cpu]
+    return c.cores * c.per_core_perf
+
+
+def cpu_pair(chosen: OptimizeResult, cat: Catalog) -> ChipPair | None:
+    """The chosen CPU against the one a buyer reading spec sheets would take instead: the highest socket throughput
+    among the CPUs the answer's chassis accept (the next highest when the chosen CPU leads already)."""
+    mine = _most_used(chosen, cat, "cpu")
+    if not mine:
+        return None
+    boards = [cat.chassis[s.chassis] for s in chosen.servers if s.cpu == mine]
+    alts = sorted((c for c in cat.cpus if c.id != mine and any(ch.accepts_cpu(c) for ch in boards)),
+                  key=lambda c: -_socket_throughput(cat, c.id))
+    if not alts:
+        return None
+    alt = alts[0]
+    leads = _socket_throughput(cat, mine) >= _socket_throughput(cat, alt.id)
+    why = (f"the CPU with the most socket throughput among those the chosen servers take ({alt.name}), the one a "
+           "buyer comparing spec sheets would pick instead" if not leads else
+           f"the next best socket throughput among the CPUs the chosen servers take ({alt.name}): the chosen CPU "
+           "leads per chip already")
+    return ChipPair("cpu", mine, alt.id, why + "; each side is the rack re-optimized with every server on that CPU")
+
+
+def gpu_pair(chosen: OptimizeResult, w: Workload, rack: Rack, cat: Catalog) -> ChipPair | None:
+    """The chosen GPU against its previous generation (`previous_generation` in the catalog), else against the
+    nearest slower GPU per chip a rack like this can hold that serves the model."""
     g0 = _most_used(chosen, cat, "gpu")
     if not g0:
         return None
+    prev = cat.gpus[g0].previous_generation
+    if prev is not None:
+        return ChipPair("gpu", g0, prev, f"{cat.gpus[prev].name} is the generation {cat.gpus[g0].name} succeeds: "
+                                         "what an upgrade from it buys per rack")
     per_chip = {}
     for g in cat.gpus:
-        if gpu_ids and g.id not in gpu_ids:
-            continue
         if not any(ch.accepts_gpu(g) and (ch.cooling == "air" or rack.liquid_cooling_kw > 0) for ch in cat.chassis):
             continue
         try:
@@ -516,14 +548,23 @@ def chip_pair(cmp: LayoutComparison, chosen: OptimizeResult, w: Workload, rack: 
             continue
     if g0 not in per_chip:
         return None
-    faster = sorted((v, k) for k, v in per_chip.items() if k != g0 and v > per_chip[g0])
     slower = sorted(((v, k) for k, v in per_chip.items() if k != g0 and v <= per_chip[g0]), reverse=True)
-    other = (faster or slower or [(None, None)])[0][1]
-    return ("gpu", g0, other) if other else None
+    faster = sorted((v, k) for k, v in per_chip.items() if k != g0 and v > per_chip[g0])
+    if slower:
+        return ChipPair("gpu", g0, slower[0][1], "the catalog has no previous generation of this GPU; this is the "
+                                                 "nearest slower GPU per chip that serves the model in such a rack")
+    if faster:
+        return ChipPair("gpu", g0, faster[0][1], "the catalog has no previous generation of this GPU; this is the "
+                                                 "nearest faster GPU per chip that serves the model in such a rack")
+    return None
 
 
 def layout_story(cmp: LayoutComparison, cat: Catalog) -> list[str]:
     """Sentences built from the three layout results: where each puts its power and what stops it."""
+    return [Names(cat).text(line) for line in _layout_story(cmp)]
+
+
+def _layout_story(cmp: LayoutComparison) -> list[str]:
     lines = []
     for r in cmp.results:
         if r.throughput_tasks_per_hour <= 0:
@@ -536,8 +577,8 @@ def layout_story(cmp: LayoutComparison, cat: Catalog) -> list[str]:
             f"{LAYOUT_NAMES[r.layout]}: {_gpus(r)} GPUs, "
             + (f"{r.cores_per_gpu:.1f} host cores per GPU, " if r.cores_per_gpu is not None else "")
             + f"{gpu_w / tot:.0%} of server power in GPU servers and {cpu_w / tot:.0%} in CPU nodes; "
-            f"{r.throughput_tasks_per_hour:,.0f} tasks/h, bottleneck {r.bottleneck}, GPU capacity idle "
-            f"{r.gpu_idle_fraction:.0%}; binding: {', '.join(r.binding_constraints) or 'none'}.")
+            f"{r.throughput_tasks_per_hour:,.0f} tasks/h, bottleneck {names.pool(r.bottleneck)}, GPU capacity idle "
+            f"{r.gpu_idle_fraction:.0%}; binding: {names.budgets(r.binding_constraints)}.")
     a = cmp.results[0]
     best = next(r for r in cmp.results if r.layout == cmp.best_layout)
     if best.layout != "a" and a.throughput_tasks_per_hour > 0 and best.throughput_tasks_per_hour > 0:
@@ -547,7 +588,7 @@ def layout_story(cmp: LayoutComparison, cat: Catalog) -> list[str]:
         lines.append(
             f"{same}per rack, {LAYOUT_NAMES[best.layout]} finishes "
             f"{best.throughput_tasks_per_hour / a.throughput_tasks_per_hour:.2f}x the tasks of layout A, whose "
-            f"bottleneck is {a.bottleneck} with {a.gpu_idle_fraction:.0%} of its GPU serving capacity idle: the same "
+            f"bottleneck is {names.pool(a.bottleneck)} with {a.gpu_idle_fraction:.0%} of its GPU serving capacity idle: the same "
             "power, cooling and space buy a better-balanced set of GPUs and CPU cores.")
     return lines
 
@@ -564,29 +605,29 @@ def operations(res: OptimizeResult, w: Workload, assumptions: ModelAssumptions, 
     for q in t.queues:
         u, u_alert, wait_alert = q.utilization, q.utilization_alert, q.wait_alert_s
         metrics += [
-            {"metric": f"CPU run-queue depth per core, queue {q.queue}", "scope": f"hosts serving {', '.join(q.classes)}",
+            {"metric": f"CPU run-queue depth per core, {names.queue_name(q.queue)}", "scope": f"hosts serving {', '.join(q.classes)}",
              "expected": fmt(q.run_queue_depth_per_core, ".2f"), "alert": f"> {fmt(q.run_queue_depth_per_core_alert, '.2f')}",
              "basis": f"busy cores {u:.0%} of {q.cores:,.0f} plus waiting calls x {q.mean_parallelism:.2f} cores "
                       f"(M/M/{q.servers}); alert at {u_alert:.0%} load"},
-            {"metric": f"Tool-call wait for a core, {tail_label}, queue {q.queue}", "scope": "scheduler / sandbox pool",
+            {"metric": f"Tool-call wait for a core, {tail_label}, {names.queue_name(q.queue)}", "scope": "scheduler / sandbox pool",
              "expected": secs(q.wait_tail_s), "alert": f"> {secs(wait_alert)}",
-             "basis": f"M/M/c wait quantile ({q.servers} call slots, {q.calls_per_s:.3f} calls/s, call "
+             "basis": f"M/M/c wait quantile ({q.servers} call slots, {q.calls_per_s:,.1f} calls/s, call "
                       f"{q.mean_call_s:.2f} s) at {u:.0%} load; alert "
                       + (f"at the workload's tool-wait target ({secs(q.wait_target_s)})" if q.wait_target_s
                          else f"at the wait quantile at {u_alert:.0%} load")},
-            {"metric": f"Tool calls waiting for a core, queue {q.queue}", "scope": "scheduler / sandbox pool",
+            {"metric": f"Tool calls waiting for a core, {names.queue_name(q.queue)}", "scope": "scheduler / sandbox pool",
              "expected": fmt(q.waiting_calls_mean, ".2f"), "alert": f"> {q.waiting_calls_alert:,}",
              "basis": f"M/M/c queue length at the planned load: mean {q.waiting_calls_mean:.2f}; alert above its "
                       f"{tail_label}"},
-            {"metric": f"Sandbox start time, {tail_label}, queue {q.queue}", "scope": "sandbox runtime",
+            {"metric": f"Sandbox start time, {tail_label}, {names.queue_name(q.queue)}", "scope": "sandbox runtime",
              "expected": "pilot baseline", "alert": f"> baseline × {1 + headroom:g} + {secs(wait_alert)}",
              "basis": "the model has no sandbox start cost; a start waits for a core like a tool call, so alert "
                       f"when it exceeds the baseline by the headroom ({headroom:.0%}) plus the core-wait alert"},
-            {"metric": f"I/O wait share of core time, queue {q.queue}", "scope": "tool hosts",
+            {"metric": f"I/O wait share of core time, {names.queue_name(q.queue)}", "scope": "tool hosts",
              "expected": "≈ 0 (tools modelled CPU-bound)", "alert": f"> {q.iowait_share_alert:.0%}",
              "basis": f"I/O wait eats the {1 - u:.0%} headroom the queue has at {u:.0%} utilization; "
                       f"alert when it takes {headroom:.0%} of it"},
-            {"metric": f"CPU utilization, queue {q.queue}", "scope": "tool hosts", "expected": f"{u:.0%}",
+            {"metric": f"CPU utilization, {names.queue_name(q.queue)}", "scope": "tool hosts", "expected": f"{u:.0%}",
              "alert": f"> {u_alert:.0%}", "basis": "pipeline model at the operating point"},
         ]
     if t.gpu:
@@ -636,7 +677,21 @@ def export_links(res: OptimizeResult, w: Workload, cat: Catalog, assumptions: Mo
     return out
 
 
-def risks(res: OptimizeResult, cmp: LayoutComparison, sweeps: dict, sources: list[dict], w: Workload) -> list[str]:
+def risks(res: OptimizeResult, cmp: LayoutComparison, sweeps: dict, sources: list[dict], w: Workload,
+          cat: Catalog) -> list[str]:
+    """One list of risks in people's words: a warning the evaluator and the optimizer both raise is listed once."""
+    n = Names(cat)
+    out, seen = [], set()
+    for r in _risks(res, sweeps, sources):
+        text = n.text(r)
+        key = re.sub(r"^(Model|Optimizer) warning: ", "", text)
+        if key not in seen:
+            seen.add(key)
+            out.append(text)
+    return out
+
+
+def _risks(res: OptimizeResult, sweeps: dict, sources: list[dict]) -> list[str]:
     out = []
     ev = res.evaluation
     if res.status not in ("optimal",):
@@ -644,15 +699,15 @@ def risks(res: OptimizeResult, cmp: LayoutComparison, sweeps: dict, sources: lis
                    + ": a better configuration may exist; re-run with a longer time limit.")
     if ev is not None:
         if ev.bottleneck_kind in ("cpu", "slo", "memory"):
-            out.append(f"The bottleneck is {ev.bottleneck}: throughput scales with the tool work per task; if tools "
+            out.append(f"The bottleneck is {names.pool(ev.bottleneck)}: throughput scales with the tool work per task; if tools "
                        "are heavier than the workload file says, throughput falls in proportion (see the tool-time "
                        "sweep).")
         elif ev.bottleneck_kind in ("disk", "io"):
-            out.append(f"The bottleneck is {ev.bottleneck}: sandbox storage (local NVMe capacity or bandwidth) limits "
+            out.append(f"The bottleneck is {names.pool(ev.bottleneck)}: sandbox storage (local NVMe capacity or bandwidth) limits "
                        "throughput; the per-sandbox disk and per-call I/O figures of the workload decide it, so "
                        "measure them in the pilot.")
         elif ev.bottleneck_kind in ("gpu", "orchestration"):
-            out.append(f"The bottleneck is {ev.bottleneck}: serving rates (tokens per call, batching) decide the "
+            out.append(f"The bottleneck is {names.pool(ev.bottleneck)}: serving rates (tokens per call, batching) decide the "
                        "throughput; verify them in the pilot.")
         for s in ev.serving:
             if not s.calibrated:
@@ -662,12 +717,13 @@ def risks(res: OptimizeResult, cmp: LayoutComparison, sweeps: dict, sources: lis
         out += [f"Model warning: {x}" for x in ev.warnings]
     budgets = [g for g in res.binding_constraints if g in BUDGET_GROUPS]
     if budgets:
-        out.append(f"Binding budgets: {', '.join(budgets)}; a lower real budget (derating, a hot aisle) removes "
+        out.append(f"Binding budgets: {names.budgets(budgets)}; a lower real budget (derating, a hot aisle) removes "
                    "servers first (see the power sweep).")
     for sw in sweeps.values():
         for ch in sw["changes"]:
             what = "rack power" if sw["kind"] == "power" else "tool work per task"
-            out.append(f"The best layout changes from {ch['from']} to {ch['to']} when {what} moves from "
+            out.append(f"The best layout changes from {LAYOUT_NAMES.get(ch['from'], ch['from'])} to "
+                       f"{LAYOUT_NAMES.get(ch['to'], ch['to'])} when {what} moves from "
                        f"{ch['after']:g}x to {ch['before']:g}x of the plan.")
     assumed = [s["id"] for s in sources if s["source"].lower().startswith("assumption")]
     if assumed:
@@ -837,20 +893,25 @@ def sensitivity_sweeps(x: ReportInputs, cmp: LayoutComparison) -> dict[str, dict
     return sweeps
 
 
-def chip_comparison(x: ReportInputs, cmp: LayoutComparison, res: OptimizeResult
-                    ) -> tuple[ChipVsRack | None, str | None]:
-    """Chip-vs-rack for the pair that matters to this answer, or why there is none."""
-    pair = chip_pair(cmp, res, x.w, x.rack, x.cat, x.req.gpu_ids) if res.servers else None
-    if not pair:
-        return None, None
-    if x.clock.no_time():
-        return None, "the request's time limit was spent before the chip-vs-rack comparison"
-    try:
-        return chip_vs_rack(pair[0], pair[1], pair[2], x.w, x.rack, x.cat, layout=res.layout, racks=x.req.racks,
-                            backend=x.req.solver, time_limit_s=min(x.req.sweep_time_limit_s, x.req.time_limit_s),
-                            settings=x.s, deadline=x.clock), None
-    except InputError as e:
-        return None, str(e)
+def chip_comparisons(x: ReportInputs, res: OptimizeResult) -> tuple[list[dict], list[str]]:
+    """Chip-vs-rack for the pairs that matter to this answer (its CPU against the spec-sheet alternative, its GPU
+    against the previous generation), each with why it was picked; and why a pair has no comparison."""
+    pairs = [p for p in (cpu_pair(res, x.cat), gpu_pair(res, x.w, x.rack, x.cat)) if p] if res.servers else []
+    out, errors = [], []
+    for p in pairs:
+        if x.clock.no_time():
+            errors.append(f"{p.chosen} against {p.other}: the request's time limit was spent before this comparison")
+            continue
+        try:
+            # b over a: the chosen SKU over the alternative, so a ratio above 1 is what the answer gains by it
+            cvr = chip_vs_rack(p.kind, p.other, p.chosen, x.w, x.rack, x.cat, layout=res.layout, racks=x.req.racks,
+                               backend=x.req.solver,
+                               time_limit_s=min(x.req.sweep_time_limit_s, x.req.time_limit_s), settings=x.s,
+                               deadline=x.clock)
+            out.append({"why": p.why, "cvr": cvr})
+        except InputError as e:
+            errors.append(f"{p.chosen} against {p.other}: {e}")
+    return out, errors
 
 
 def report_charts(cmp: LayoutComparison, ev: Evaluation | None, split: dict | None, ops: dict,
@@ -896,6 +957,34 @@ def at_a_glance(x: ReportInputs, cmp: LayoutComparison, res: OptimizeResult, cap
     }
 
 
+def budget_rows(res: OptimizeResult, rack: Rack, racks: int) -> list[dict]:
+    """The budget table in the units the rest of the report uses: power and heat in kW, space in U of the whole rack
+    height (the reserved U counted as used, as the bill of materials and the elevation count them)."""
+    rows = []
+    for c in res.constraints:
+        if c.group not in BUDGET_GROUPS:
+            continue
+        used, avail, unit, f = c.used, c.available, c.unit, ",.0f"
+        if c.unit == "W":
+            used, avail, unit, f = used / 1000, avail / 1000, "kW", ",.1f"
+        elif c.group == "space":
+            used, avail = used + rack.reserved_u, avail + rack.reserved_u
+        rows.append({"id": c.name, "title": names.constraint(c.name, c.group, racks), "used": used,
+                     "available": avail, "unit": unit, "fmt": f, "binding": c.binding})
+    return rows
+
+
+def _short(name: str) -> str:
+    """A catalog name without its parenthesized details: `Interactive coding agents (Claude Code ...)` -> the
+    first part."""
+    return re.sub(r"\s*\([^)]*\)", "", name).strip() or name
+
+
+def short_title(w: Workload, rack: Rack) -> str:
+    """One line: what runs, in which rack."""
+    return f"{_short(w.name)} in a {_short(rack.name)[:1].lower()}{_short(rack.name)[1:]}"
+
+
 def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
                   settings: OptimizerSettings | None = None, deadline: Deadline | None = None) -> tuple[str, dict]:
     """Optimize, explain and render. Returns (html, data); raises InputError for bad input. `time_limit_s` covers
@@ -917,12 +1006,20 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
     timing["sweeps_s"] = time.perf_counter() - t1
 
     t1 = time.perf_counter()
-    cvr, cvr_error = chip_comparison(x, cmp, res)
+    chips, chip_errors = chip_comparisons(x, res)
     timing["chip_vs_rack_s"] = time.perf_counter() - t1
 
+    t1 = time.perf_counter()
+    stage_sens = stage_sensitivity(
+        res, w, rack, cat, s.assumptions, req.stage_step,
+        lambda w2: optimize(w2, rack, cat, layout=res.layout, explain=False, spares=req.spares,
+                            time_limit_s=min(req.sweep_time_limit_s, req.time_limit_s), deadline=x.clock,
+                            **x.solve_kwargs(), **brownfield_kwargs(req)))
+    timing["stage_sensitivity_s"] = time.perf_counter() - t1
+
     extra = {"chassis": set(), "cpu": set(), "gpu": set()}
-    if cvr:
-        extra[cvr.kind] |= {cvr.a.sku, cvr.b.sku}
+    for c in chips:
+        extra[c["cvr"].kind] |= {c["cvr"].a.sku, c["cvr"].b.sku}
     src = sources(cat, w, rack, cmp.results, extra)
     ops = operations(res, w, s.assumptions, req.alert_headroom)
     split = gpu_time_split(ev) if ev else None
@@ -933,13 +1030,13 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
 
     glance = at_a_glance(x, cmp, res, capital(cat, res, s.assumptions.costs))
     ctx = {
-        "title": f"Rack recommendation: {w.name} in {rack.name}",
+        "title": short_title(w, rack),
         "generated": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "req": req, "workload": w, "rack": rack, "cmp": cmp, "res": res, "ev": ev, "glance": glance,
         "bom": bill_of_materials(cat, res, rack, req.racks, s.assumptions.costs),
         "elevation": elevation(cat, res, rack, req.racks),
-        "split": split, "charts": charts, "sweeps": sweeps, "cvr": cvr, "cvr_error": cvr_error,
-        "story": layout_story(cmp, cat), "ops": ops, "risks": risks(res, cmp, sweeps, src, w),
+        "split": split, "charts": charts, "sweeps": sweeps, "chips": chips, "chip_errors": chip_errors,
+        "story": layout_story(cmp, cat), "ops": ops, "risks": risks(res, cmp, sweeps, src, w, cat),
         "pilot": pilot_plan(res, w, rack, cat, req.racks, s.assumptions, req.alert_headroom), "sources": src,
         "assumptions": [f for f in field_docs(s.assumptions) if f["name"] != "costs"],
         "optimizer_settings": [f for f in field_docs(s) if f["name"] not in ("assumptions", "time_limit_s")],
@@ -948,6 +1045,7 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
                             if n in ("solver", "time_limit_s", "power_factors", "tool_factors", "sweep_time_limit_s",
                                      "sweep_budget_s", "alert_headroom")],
         "constraints": [c for c in res.constraints if c.group in BUDGET_GROUPS],
+        "budget_rows": budget_rows(res, rack, req.racks),
         "bounds": sorted(ev.bounds, key=lambda b: b.tasks_per_hour) if ev else [],
         "per_1000": {r.layout: _kwh_per_1000(r) for r in cmp.results},
         "usd_per_1000": {r.layout: _usd_per_1000(r) for r in cmp.results},
@@ -956,6 +1054,8 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
         "sections": SECTIONS,
         "exports": export_links(res, w, cat, s.assumptions, req.alert_headroom),
         "migration": migration_view(res.migration),
+        "names": Names(cat),
+        "stage_sens": stage_sens,
     }
     html = _env().get_template("report.html.j2").render(**ctx)
     timing["total_s"] = time.perf_counter() - t0
@@ -964,7 +1064,7 @@ def render_report(request: ReportRequest | dict, catalog: Catalog | None = None,
 
 def report_data(ctx: dict, s: OptimizerSettings, timing: dict[str, float]) -> dict:
     """The report's figures as JSON (the same context the HTML was rendered from)."""
-    ev, res, cmp, cvr = ctx["ev"], ctx["res"], ctx["cmp"], ctx["cvr"]
+    ev, res, cmp = ctx["ev"], ctx["res"], ctx["cmp"]
     return _finite({
         "request": ctx["req"].model_dump(mode="json"),
         "generated": ctx["generated"],
@@ -974,7 +1074,7 @@ def report_data(ctx: dict, s: OptimizerSettings, timing: dict[str, float]) -> di
                  "gpu_time": ctx["split"], "utilization": ev.utilization if ev else {}},
         "comparison": cmp.model_dump(mode="json", exclude={"results": {"__all__": {"evaluation"}}}),
         "chosen": res.model_dump(mode="json"),
-        "chip_vs_rack": cvr.model_dump(mode="json") if cvr else None,
+        "chip_vs_rack": [dict(c["cvr"].model_dump(mode="json"), why=c["why"]) for c in ctx["chips"]],
         "layout_story": ctx["story"],
         "sensitivity": ctx["sweeps"],
         "operations": {"metrics": ctx["ops"]["metrics"], "risks": ctx["risks"], "pilot": ctx["pilot"]},
@@ -982,5 +1082,6 @@ def report_data(ctx: dict, s: OptimizerSettings, timing: dict[str, float]) -> di
         "assumptions": {"model": s.assumptions.model_dump(mode="json"),
                         "optimizer": s.model_dump(mode="json", exclude={"assumptions"})},
         "migration": ctx["migration"],
+        "stage_sensitivity": ctx["stage_sens"],
         "timing": timing,
     })
