@@ -269,7 +269,7 @@ def compare_cmd(
                              gpu_ids=gpus or None, cpu_ids=cpus or None, existing=owned, allow_removal=allow_removal,
                              assumptions=assumptions, spares=spares)
         check_sku_ids(cat, req.gpu_ids, req.cpu_ids)  # bad input fails before the progress line
-        with progress(f"optimizing layouts a, b and hybrid (time limit {time_limit:g} s each)", quiet or as_json):
+        with progress(f"optimizing layouts a, b and hybrid (time limit {time_limit:g} s for all three)", quiet or as_json):
             cmp = service.compare(req, cat)
     cmp = cmp.model_copy(update={"results": [
         x.model_copy(update={"configuration": inline_file_refs(x.configuration, workload, rack)})
