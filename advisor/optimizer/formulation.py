@@ -407,18 +407,20 @@ def build(p: Problem, memory: bool = True) -> Built:
     return Built(m, n, y, x, needs_choice, x_ub, u, k, rem)
 
 
-def slo_queues(p: Problem) -> list[tuple[int, str, list[float], list[QueueCalls]]]:
+def slo_queues(p: Problem) -> list[tuple[int, str, list[float], list[QueueCalls], float]]:
     """Queues with a tail-wait target: (index, name, the distinct core speeds of the servers that can give the queue
-    cores, ascending, and the queue's call figures at each speed)."""
-    slo = p.workload.slo
-    if not slo or not slo.tool_wait_p95_seconds:
+    cores, ascending, the queue's call figures at each speed, and its target: the tightest of its classes')."""
+    if not p.workload.has_tool_wait_target:
         return []
     speeds = sorted({o.profile.per_core_perf for o in p.options if o.profile.tool_cores > 0})
     out = []
     for qi, qname in enumerate(p.queue_names):
+        target = p.workload.tool_wait_target(p.partition[qi])
+        if target is None:
+            continue
         qcs = [queue_calls(p.workload, p.partition[qi], v) for v in speeds]
         if speeds and all(qc is not None for qc in qcs):
-            out.append((qi, qname, speeds, qcs))
+            out.append((qi, qname, speeds, qcs, target))
     return out
 
 
@@ -428,7 +430,7 @@ def add_slo_curves(m: LinearModel, p: Problem, y, x: str, count) -> None:
     l the queue takes cores only from servers at least that fast, and the curve assumes speed l (conservative for a
     mix, exact for one speed). One binary per (level, segment); exactly one is set."""
     s = p.settings
-    for qi, qname, speeds, qcs in slo_queues(p):
+    for qi, qname, speeds, qcs, target in slo_queues(p):
         opts = [i for (i, q2) in y if q2 == qi]
         if not opts:
             continue
@@ -445,7 +447,7 @@ def add_slo_curves(m: LinearModel, p: Problem, y, x: str, count) -> None:
         rate: dict[str, float] = {x: qcs[0].calls_per_task / HOUR_S}
         level_on: list[dict[str, float]] = []
         for li, qc in enumerate(qcs):
-            segs = curve(qc, p.workload.slo.tool_wait_p95_seconds, s.assumptions.tail_quantile, top,
+            segs = curve(qc, target, s.assumptions.tail_quantile, top,
                          s.slo_curve_exact_servers, s.slo_curve_tolerance)
             on: dict[str, float] = {}
             for k, sg in enumerate(segs):
