@@ -354,6 +354,8 @@ def build(p: Problem, memory: bool = True) -> Built:
             terms = {y[i, q2]: -p.options[i].profile.io_mbps_per_core for (i, q2) in y if q2 == qi}
             terms[x] = io_mb[qi] / HOUR_S
             m.add(safe_name(f"io_bandwidth_{qname}"), f"io_bandwidth:{qname}", terms, "<=", 0.0)
+    if len(p.partition) > 1:
+        _add_queue_floors(m, p, y, x, x_ub, work, io_mb)
     if p.slo_curves:
         add_slo_curves(m, p, y, x, count)
 
@@ -405,6 +407,30 @@ def build(p: Problem, memory: bool = True) -> Built:
     m.objective = {x: 1.0}
     m.maximize = True
     return Built(m, n, y, x, needs_choice, x_ub, u, k, rem)
+
+
+def _add_queue_floors(m: LinearModel, p: Problem, y, x: str, x_ub: float, work: list[float],
+                      io_mb: list[float]) -> None:
+    """queue_floor:<q>, with more than one queue: a queue that serves anything has at least one call slot (its mean
+    parallelism in cores) and one I/O stream (`io_stream_mbps` of local NVMe bandwidth). The fluid core and
+    bandwidth rows let a small isolated queue take a fraction of one; the evaluator rounds its slots and streams
+    down, so such a queue completes nothing. Binary z_q: X <= x_ub z_q, cores and bandwidth >= one slot, stream."""
+    stream = p.settings.assumptions.io_stream_mbps
+    for qi, qname in enumerate(p.queue_names):
+        qc = queue_calls(p.workload, p.partition[qi], 1.0)
+        need_cores = work[qi] > 0 and qc is not None
+        if not (need_cores or io_mb[qi] > 0):
+            continue
+        tag = safe_name(qname)
+        z = m.var(f"queue_on_{tag}", 0, 1, integer=True)
+        m.add(f"queue_on_{tag}", f"queue_floor:{qname}", {x: 1.0, z: -x_ub}, "<=", 0.0)
+        if need_cores:
+            m.add(f"queue_slot_{tag}", f"queue_floor:{qname}",
+                  {**{y[i, q2]: -1.0 for (i, q2) in y if q2 == qi}, z: qc.mean_parallelism}, "<=", 0.0)
+        if io_mb[qi] > 0:
+            m.add(f"queue_stream_{tag}", f"queue_floor:{qname}",
+                  {**{y[i, q2]: -p.options[i].profile.io_mbps_per_core for (i, q2) in y if q2 == qi}, z: stream},
+                  "<=", 0.0)
 
 
 def slo_queues(p: Problem) -> list[tuple[int, str, list[float], list[QueueCalls], float]]:

@@ -61,6 +61,8 @@ GROUPS: dict[str, Group] = {g.name: g for g in (
           "W_q X / 3600 <= sum_o speed_o y[o,q]"),
     Group("slo", "tool-wait target", "calls/s", "capacity", "queue",
           "v_q X / 3600 <= piecewise-linear capacity curve in the queue's integer server count"),
+    Group("queue_floor", "one call slot and one I/O stream per isolated queue", "cores, MB/s", "structure", "queue",
+          "X <= X_max z_q, sum_o y[o,q] >= pbar_q z_q, sum_o bw_o y[o,q] >= io_stream z_q (two or more queues)"),
     Group("sku_choice", "one SKU per pool", "-", "structure", "model",
           "sum_g w_g <= 1, x_g <= X_max w_g; per queue sum_s z[q,s] <= 1, x[q,s] <= X_max z[q,s]"),
     Group("sandbox_memory", "sandbox memory", "GB", "capacity", "queue",

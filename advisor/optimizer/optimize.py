@@ -152,6 +152,11 @@ def partitions(workload: Workload, layout: Layout, servings: dict | None = None)
             light = [c.name for c in need if tool_share(c) < 0.5]
             if heavy and light:
                 out.append([heavy, light])
+        if len({workload.tool_wait_target([n]) for n in names}) > 1:
+            # The classes' tool-wait targets differ: a shared queue holds every call to the tightest one, which is
+            # what isolation removes. Try the isolated queues first, so that a time limit spent on the shared
+            # queue's tail-wait curves never leaves them untried.
+            out.insert(0, out.pop(1))
     return out
 
 
@@ -695,8 +700,9 @@ def optimize(
                           time_limit_s=max(1.0, clock.remaining() / 3), objective=objective,
                           capital_budget_usd=None, gpu_ids=gpu_ids, cpu_ids=cpu_ids, settings=settings,
                           explain=False) if capital_budget_usd is None else None
-    for pi, part in enumerate(partitions(workload, layout, servings)):
-        if pi > 0 and best is not None and not best[5]:
+    parts = partitions(workload, layout, servings)
+    for pi, part in enumerate(parts):
+        if pi > 0 and best is not None and not best[5] and len(parts[0]) == 1:
             break  # without memory or tail limits in play one shared queue is never worse than split ones
         if pi > 0 and clock.expired():
             break
