@@ -8,7 +8,7 @@ from advisor.optimizer.layout_fit import LayoutFit, layout_fit
 from advisor.optimizer.migration import NotACandidate
 from advisor.optimizer.optimize import MATERIAL_GAIN, OptimizeResult, not_a_candidate_result, optimize
 from advisor.optimizer.settings import OptimizerSettings
-from advisor.layouts import LAYOUTS, Outcome, best_layout, tied_layouts
+from advisor.layouts import LAYOUTS, TIE_RTOL, Outcome, best_layout, tied_layouts
 from models.base import Frozen
 from models.catalog import Catalog
 from models.hardware import Rack
@@ -38,6 +38,12 @@ def hybrid_tie_note(workload: Workload, b: OptimizeResult, hybrid: OptimizeResul
     if b.throughput_tasks_per_hour <= 0 or not tied_layouts(
             [Outcome(r.layout, r.throughput_tasks_per_hour, r.power_w, r.gap) for r in (b, hybrid)]) == ["b", "hybrid"]:
         return None
+    if hybrid.throughput_tasks_per_hour > b.throughput_tasks_per_hour * (1 + TIE_RTOL):
+        gap = max(b.gap or 0.0, hybrid.gap or 0.0)
+        return (f"Hybrid ties B within the solver's optimality gap ({gap:.1%}; B {b.status}, hybrid "
+                f"{hybrid.status}): hybrid's {hybrid.throughput_tasks_per_hour:,.0f} tasks/h against B's "
+                f"{b.throughput_tasks_per_hour:,.0f} is not proven better, since B's search stopped before ruling "
+                "out as much for a shared queue; a longer time limit settles it.")
     pays = ("isolation pays only when a shared queue's tool-wait target binds (slo:shared) on the tool calls of "
             "classes that do not need it")
     tools = [c for c in workload.classes if needs_queue(c)]
