@@ -10,7 +10,7 @@ from advisor.catalog import load_catalog, load_rack, load_workload
 from advisor.optimizer.compare import compare_layouts
 from advisor.optimizer.layout_fit import layout_fit, scale_tool_work
 from advisor.optimizer.optimize import optimize, partitions
-from models.config import Configuration, Queue
+from models.config import Configuration, Queue, ServerGroup
 from models.pipeline import evaluate
 from models.workload import Slo
 
@@ -35,23 +35,24 @@ def test_a_queue_is_held_to_the_tightest_target_of_its_classes(cat):
 
 
 def test_isolating_the_batch_class_lifts_its_cores_off_the_interactive_target(cat):
-    """The same servers, one shared queue against one queue per class: the shared queue has a tail-wait bound, the
-    batch queue none, and the split delivers more where the target binds the shared queue."""
+    """The same servers, one shared queue against one queue per class: the shared queue is bound by the interactive
+    class's tail-wait target, the batch queue has no such bound, and the split delivers more."""
     w, rack = load_workload(MIXED, cat), load_rack("air-40kw", cat)
-    b = optimize(w, rack, cat, layout="b", explain=False)
-    cfg = Configuration.model_validate(b.configuration)
+    group = ServerGroup(chassis="pcie-4gpu-2u", cpu="epyc-9965", gpu="h100-nvl", gpus_per_server=4, count=4,
+                        orchestration_cores_per_gpu=1.5)
+    cfg = Configuration(name="mixed", servers=[group])
     shared = evaluate(cfg, w, rack, cat)
-    assert "slo:shared" in {x.name for x in shared.bounds}
-    frac = 0.02  # of each server's tool cores to the interactive queue (its calls are ~1% of the tool work)
-    groups = [g.model_copy(update={"queue_cores": {"i": sum(g.queue_cores.values()) * frac,
-                                                   "r": sum(g.queue_cores.values()) * (1 - frac)}})
-              for g in cfg.servers]
-    split = evaluate(cfg.model_copy(update={"servers": groups, "queues": [
-        Queue(name="i", classes=["interactive"]), Queue(name="r", classes=["rollout"])]}), w, rack, cat)
-    names = {x.name for x in split.bounds}
-    assert "slo:i" in names and "slo:r" not in names
-    if shared.bottleneck == "slo:shared":
-        assert split.throughput_tasks_per_hour > shared.throughput_tasks_per_hour
+    assert shared.bottleneck == "slo:shared", shared.bottleneck
+    tools = cat.cpus["epyc-9965"].cores * cat.chassis["pcie-4gpu-2u"].cpu_sockets - 4 * 1.5
+    best = 0.0
+    for frac in (0.01, 0.02, 0.04):  # of the tool cores to the interactive queue (~1% of the tool work)
+        split = evaluate(cfg.model_copy(update={
+            "servers": [group.model_copy(update={"queue_cores": {"i": tools * frac, "r": tools * (1 - frac)}})],
+            "queues": [Queue(name="i", classes=["interactive"]), Queue(name="r", classes=["rollout"])]}), w, rack, cat)
+        names = {x.name for x in split.bounds}
+        assert "slo:i" in names and "slo:r" not in names
+        best = max(best, split.throughput_tasks_per_hour)
+    assert best > shared.throughput_tasks_per_hour * 1.03, (best, shared.throughput_tasks_per_hour)
 
 
 def test_hybrid_tries_isolated_queues_first_when_targets_differ(cat):
@@ -62,9 +63,11 @@ def test_hybrid_tries_isolated_queues_first_when_targets_differ(cat):
     assert partitions(same, "hybrid")[0] == [[c.name for c in same.classes]]
 
 
+@pytest.mark.slow  # about two minutes: B's shared queue is solved with its tail-wait curves
 def test_mixed_preset_hybrid_beats_b(cat):
     """Isolation measurably beats a shared queue on the mixed-class preset: hybrid at least 3% above B in sustainable
-    or operating tasks/h, both layouts solved (status as the optimizer gives it), and no tie sentence."""
+    or operating tasks/h, both layouts solved (status as the optimizer gives it). Where B's search stops with a gap
+    that covers hybrid's figure, the comparison calls it a tie and says so (not 'hybrid equals B')."""
     w, rack = load_workload(MIXED, cat), load_rack("air-40kw", cat)
     cmp = compare_layouts(w, rack, cat, explain=False)
     by = {r.layout: r for r in cmp.results}
@@ -74,7 +77,11 @@ def test_mixed_preset_hybrid_beats_b(cat):
     op = h.operating.operating_tasks_per_hour / b.operating.operating_tasks_per_hour \
         if b.operating and b.operating.operating_tasks_per_hour > 0 else 0.0
     assert max(sus, op) >= 1.03, (sus, op)
-    assert len(h.partition) == 2 and cmp.hybrid_note is None
+    assert len(h.partition) == 2
+    if cmp.best_layout == "hybrid":
+        assert cmp.hybrid_note is None
+    else:
+        assert cmp.hybrid_note.startswith("Hybrid ties B within the solver's optimality gap"), cmp.hybrid_note
 
 
 def test_tie_sentence_names_the_constraint_that_would_have_to_bind(cat):
