@@ -42,8 +42,8 @@ def hybrid_tie_note(workload: Workload, b: OptimizeResult, hybrid: OptimizeResul
         gap = max(b.gap or 0.0, hybrid.gap or 0.0)
         return (f"Hybrid ties B within the solver's optimality gap ({gap:.1%}; B {b.status}, hybrid "
                 f"{hybrid.status}): hybrid's {hybrid.throughput_tasks_per_hour:,.0f} tasks/h against B's "
-                f"{b.throughput_tasks_per_hour:,.0f} is not proven better, since B's search stopped before ruling "
-                "out as much for a shared queue; a longer time limit settles it.")
+                f"{b.throughput_tasks_per_hour:,.0f} is not proven better, since B's search bounds its own optimum "
+                f"only by {b.throughput_tasks_per_hour * (1 + (b.gap or 0.0)):,.0f} tasks/h.")
     pays = ("isolation pays only when a shared queue's tool-wait target binds (slo:shared) on the tool calls of "
             "classes that do not need it")
     tools = [c for c in workload.classes if needs_queue(c)]
