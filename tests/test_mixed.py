@@ -38,12 +38,12 @@ def test_isolating_the_batch_class_lifts_its_cores_off_the_interactive_target(ca
     """The same servers, one shared queue against one queue per class: the shared queue is bound by the interactive
     class's tail-wait target, the batch queue has no such bound, and the split delivers more."""
     w, rack = load_workload(MIXED, cat), load_rack("air-40kw", cat)
-    group = ServerGroup(chassis="pcie-4gpu-2u", cpu="epyc-9965", gpu="h100-nvl", gpus_per_server=4, count=4,
-                        orchestration_cores_per_gpu=1.5)
+    group = ServerGroup(chassis="hgx-b200-sp5-10u", cpu="epyc-9965", gpu="b200", gpus_per_server=8, count=1,
+                        orchestration_cores_per_gpu=1.25)
     cfg = Configuration(name="mixed", servers=[group])
     shared = evaluate(cfg, w, rack, cat)
     assert shared.bottleneck == "slo:shared", shared.bottleneck
-    tools = cat.cpus["epyc-9965"].cores * cat.chassis["pcie-4gpu-2u"].cpu_sockets - 4 * 1.5
+    tools = cat.cpus["epyc-9965"].cores * cat.chassis["hgx-b200-sp5-10u"].cpu_sockets - 8 * 1.25
     best = 0.0
     for frac in (0.01, 0.02, 0.04):  # of the tool cores to the interactive queue (~1% of the tool work)
         split = evaluate(cfg.model_copy(update={
