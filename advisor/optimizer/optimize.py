@@ -131,7 +131,8 @@ class OptimizeResult(Frozen):
 
 def partitions(workload: Workload, layout: Layout, servings: dict | None = None) -> list[list[list[str]]]:
     """Queue partitions to try: A and B share one queue; hybrid also tries isolated and tool-heavy/inference-heavy
-    (classes whose unloaded time is mostly tool CPU against the rest)."""
+    (classes whose unloaded time is mostly tool CPU against the rest). When the classes' tool-wait targets differ,
+    hybrid tries the isolated queues first."""
     need = [c for c in workload.classes if needs_queue(c)]
     names = [c.name for c in need]
     if not names:
