@@ -58,7 +58,7 @@ class QueueThresholds(Frozen):
     """Wait alert threshold: the tool-wait target when the workload has one, else wait_tail_alert_s; in both cases at
     least wait_tail_s + WAIT_RESOLUTION_S (never the expected value)."""
     wait_target_s: float | None = None
-    """The workload's tool-wait target (slo.tool_wait_p95_seconds), None without one."""
+    """The queue's tool-wait target (the tightest of its classes', `Workload.tool_wait_target`), None without one."""
     waiting_calls_mean: float = 0.0
     """Mean tool calls waiting for a core at the operating point (M/M/c)."""
     waiting_calls_alert: int = 1
@@ -145,7 +145,6 @@ def operating_thresholds(ev: Evaluation, w: Workload, assumptions: ModelAssumpti
                          headroom: float) -> OperatingThresholds:
     q_tail = assumptions.tail_quantile
     lam = ev.arrival_rate_tasks_per_hour / 3600.0
-    target = w.slo.tool_wait_p95_seconds if w.slo and w.slo.tool_wait_p95_seconds else None
     pool_alerts = {k: (alert_level(min(u, 1.0), headroom) if math.isfinite(u) else 1.0)
                    for k, u in ev.utilization.items()}
     queues = []
@@ -155,6 +154,7 @@ def operating_thresholds(ev: Evaluation, w: Workload, assumptions: ModelAssumpti
         if u is None or q.servers <= 0 or q.cores <= 0:
             continue
         lam_c = lam * calls_per_task(w, q.classes)
+        target = w.tool_wait_target(q.classes)
         u_alert = pool_alerts[key]
         lam_alert = lam_c * (u_alert / u) if u > 0 else 0.0
         lq_op = lam_c * mmc_mean_wait(q.servers, lam_c, q.mean_call_s)

@@ -547,14 +547,15 @@ def evaluate(
             warnings.append(f"cpu:{q.name}: tool-call times vary widely (squared CV {scv:.1f}); the M/M/c and "
                             "product-form figures understate waits and closed-loop throughput in this regime "
                             "(see docs/validation.md)")
-        if slo and slo.tool_wait_p95_seconds:
-            lam = max_arrival_for_wait(qservers[q.name], qmean_call[q.name],
-                                       slo.tool_wait_p95_seconds / qwait_scale[q.name], a.tail_quantile)
+        target = workload.tool_wait_target(q.classes)
+        if target is not None:
+            lam = max_arrival_for_wait(qservers[q.name], qmean_call[q.name], target / qwait_scale[q.name],
+                                       a.tail_quantile)
             bounds.append(Bound(
                 name=f"slo:{q.name}", kind="slo", tasks_per_hour=lam / cpu_calls[q.name] * HOUR_S,
                 detail=f"{qservers[q.name]} tool slots with {qmean_call[q.name]:.2f} s calls (M/M/c waits x "
                 f"{qwait_scale[q.name]:.2f} for call-time variability) keep p{a.tail_quantile * 100:g} wait <= "
-                f"{slo.tool_wait_p95_seconds:g} s up to {lam:,.1f} calls/s",
+                f"{target:g} s up to {lam:,.1f} calls/s",
             ))
     # I/O station: streams of io_stream_mbps each, M/M/c waits scaled for call-time variability like a tool queue.
     io_streams: dict[str, int] = {}

@@ -268,11 +268,9 @@ def screen(menu: ServerMenu, counts) -> Screening:
             names.append(f"io:{q.name}")
             cols.append(qio[:, qi] / menu.io_mb[qi] * HOUR_S)
             eff.append(np.ones(p, dtype=bool))
-    slo = menu.workload.slo
-    if slo and slo.tool_wait_p95_seconds:
-        for qi, q in enumerate(menu.queues):
-            if menu.cpu_calls[qi] == 0:
-                continue
+    for qi, q in enumerate(menu.queues):
+        target = menu.workload.tool_wait_target(q.classes)
+        if target is not None and menu.cpu_calls[qi] > 0:
             perf = qperf[:, qi]
             call_time = menu.cpu_call_time_ref[qi] / perf
             pbar = menu.cpu_hold_ref[qi] / menu.cpu_call_time_ref[qi]
@@ -283,7 +281,7 @@ def screen(menu: ServerMenu, counts) -> Screening:
             # the tail-wait bound depends on (servers, call time) only: solve each distinct pair once
             keys = np.stack([servers.astype(float), mean_call, scale], axis=1)
             uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-            sol = np.array([_slo_arrival(int(s), float(m), slo.tool_wait_p95_seconds / float(f), a.tail_quantile)
+            sol = np.array([_slo_arrival(int(s), float(m), target / float(f), a.tail_quantile)
                             for s, m, f in uniq])
             lam = sol[inv.ravel()]
             names.append(f"slo:{q.name}")

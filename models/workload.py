@@ -1,5 +1,6 @@
 """Agentic workloads: the served LLM, task classes made of ordered stages, and service targets."""
 
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
@@ -170,6 +171,12 @@ class TaskClass(Input):
     """Local disk a live task holds for its whole life (image layers, repository, caches) in GB."""
     stages: list[Stage] = Field(min_length=1)
     """Stages in the order a task runs them (one turn's worth, repeated by each stage's count)."""
+    tool_wait_p95_seconds: float | None = Field(default=None, gt=0)
+    """This class's target for the 95th-percentile wait for a tool core, in seconds; overrides the workload's
+    `slo.tool_wait_p95_seconds` for this class. A tool queue serves its calls first come, first served, so every call
+    in it waits alike: a queue is held to the tightest target of the classes it serves (`Workload.tool_wait_target`).
+    An interactive class sharing a queue with a batch class holds the batch calls to its target; on its own queue it
+    does not."""
 
 
 class Slo(Input):
@@ -210,6 +217,24 @@ class Workload(Sourced):
     def planned_load(self, default: float) -> float:
         """The planned load fraction: `slo.target_utilization`, else `default` (the model assumption)."""
         return self.slo.target_utilization if self.slo and self.slo.target_utilization else default
+
+    def class_tool_wait_target(self, c: TaskClass) -> float | None:
+        """Class `c`'s tool-wait target: its own, else the workload's, else None."""
+        if c.tool_wait_p95_seconds is not None:
+            return c.tool_wait_p95_seconds
+        return self.slo.tool_wait_p95_seconds if self.slo and self.slo.tool_wait_p95_seconds else None
+
+    def tool_wait_target(self, classes: Iterable[str]) -> float | None:
+        """The tool-wait target of a queue serving `classes`: the tightest target among them (first come, first
+        served, every call waits alike), None when none of them has one."""
+        wanted = set(classes)
+        targets = [t for c in self.classes if c.name in wanted and (t := self.class_tool_wait_target(c)) is not None]
+        return min(targets) if targets else None
+
+    @property
+    def has_tool_wait_target(self) -> bool:
+        """Whether any class is held to a tool-wait target (its own or the workload's)."""
+        return any(self.class_tool_wait_target(c) is not None for c in self.classes)
 
     def class_named(self, name: str) -> TaskClass:
         for c in self.classes:

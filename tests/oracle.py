@@ -291,8 +291,8 @@ def check_scope(workload: Workload) -> None:
         raise ValueError("oracle scope: sandbox_memory_gb must be 0 in every class")
     if any(c.sandbox_disk_gb > 0 or any(s.resource == "io" for s in c.stages) for c in workload.classes):
         raise ValueError("oracle scope: no sandbox disk and no io stages")
-    if workload.slo is not None and workload.slo.tool_wait_p95_seconds:
-        raise ValueError("oracle scope: no tool-wait SLO")
+    if workload.has_tool_wait_target:
+        raise ValueError("oracle scope: no tool-wait SLO (the workload's or a class's)")
 
 
 def oracle(catalog: Catalog, workload: Workload, rack: Rack, layout: str, racks: int = 1,

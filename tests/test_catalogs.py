@@ -154,7 +154,7 @@ def test_server_profile_power_matches_hand_sum_for_dgx(builtin):
     assert prof.air_heat_w + prof.liquid_heat_w == pytest.approx(prof.power_w)
 
 
-@pytest.mark.parametrize("wid", ["batch-generation", "model-eval", "rl-rollout", "swe-agent"])
+@pytest.mark.parametrize("wid", ["batch-generation", "model-eval", "rl-rollout", "swe-agent", "interactive-rl-mix"])
 def test_workload_class_shares_sum_to_one(builtin, wid):
     w = builtin.workloads[wid]
     assert sum(c.share for c in w.classes) == pytest.approx(1.0, abs=SHARE_TOLERANCE)
@@ -162,7 +162,8 @@ def test_workload_class_shares_sum_to_one(builtin, wid):
 
 
 def test_every_workload_is_checked(builtin):
-    assert {w.id for w in builtin.workloads} == {"batch-generation", "model-eval", "rl-rollout", "swe-agent"}
+    assert {w.id for w in builtin.workloads} == {"batch-generation", "model-eval", "rl-rollout", "swe-agent",
+                                                 "interactive-rl-mix"}
 
 
 def test_every_calibration_names_a_catalog_gpu(builtin):

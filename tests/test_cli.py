@@ -279,3 +279,16 @@ def test_installed_script_bad_input_exit_code(tmp_path):
     assert r.returncode != 0
     assert "Traceback" not in r.stderr
     assert "missing.yaml" in r.stderr
+
+
+def test_compare_says_where_the_layout_belongs_and_why_hybrid_ties_b(runner):
+    """#20 items 4 and 5 in the CLI: the compare output carries the layout-fit sentence and, on a tie, the reason."""
+    r = run(runner, "compare", "--workload", "swe-agent", "--rack", "legacy-air-15kw", "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    fit, note = data["layout_fit"], data["hybrid_note"]
+    assert fit["calls_for"] in ("a", "b") and 0 < fit["flip_tool_share"] < 1
+    assert note.startswith("Hybrid equals B") and "slo:shared" in note
+    text = run(runner, "compare", "--workload", "swe-agent", "--rack", "legacy-air-15kw")
+    flat = " ".join(text.stdout.split())
+    assert " ".join(fit["sentence"].split()) in flat and " ".join(note.split()) in flat

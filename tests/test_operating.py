@@ -177,7 +177,8 @@ def test_queue_length_quantile_matches_its_definition():
 
 
 @pytest.mark.parametrize("preset,rack", [("swe-agent", "air-40kw"), ("rl-rollout", "air-40kw"),
-                                         ("model-eval", "legacy-air-15kw"), ("batch-generation", "air-40kw")])
+                                         ("model-eval", "legacy-air-15kw"), ("batch-generation", "air-40kw"),
+                                         ("interactive-rl-mix", "legacy-air-15kw")])
 def test_no_alert_threshold_equals_its_expected_value(cat, preset, rack):
     """The done-when test of issue #20 item 7: every threshold sits strictly on the alerting side of the model's
     value at the operating point, and the report prints them differently."""

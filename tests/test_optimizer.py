@@ -283,7 +283,7 @@ def test_hybrid_ge_b_ge_a_random(i):
     assert b >= a * (1 - REL), (seed, b, a)
 
 
-PRESETS = [(w, r) for w in ("swe-agent", "rl-rollout", "batch-generation", "model-eval")
+PRESETS = [(w, r) for w in ("swe-agent", "rl-rollout", "batch-generation", "model-eval", "interactive-rl-mix")
            for r in ("air-40kw", "liquid-130kw")]
 
 

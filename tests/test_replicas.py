@@ -71,7 +71,7 @@ def test_r1_needs_h200_not_h100_in_one_dgx():
 
 def test_no_tp_degree_beyond_the_domain():
     """Old behaviour: TP grew to 16 past the 4 GPUs present. Now every shape stays inside the domain."""
-    for w in ("swe-agent", "model-eval", "rl-rollout", "batch-generation"):
+    for w in ("swe-agent", "model-eval", "rl-rollout", "batch-generation", "interactive-rl-mix"):
         for g in cat().gpus:
             for d in (1, 2, 4, 8):
                 s = gpu_serving(wl(w), g, d, 8)
@@ -141,7 +141,7 @@ def test_engine_floor_below_is_warned():
 
 def test_layout_a_reserves_at_least_the_engine_floor():
     s = OptimizerSettings()
-    for w in ("swe-agent", "model-eval", "rl-rollout", "batch-generation"):
+    for w in ("swe-agent", "model-eval", "rl-rollout", "batch-generation", "interactive-rl-mix"):
         for rack in ("air-40kw", "liquid-130kw"):
             opts, servings = enumerate_options(cat(), wl(w), cat().racks[rack], "a",
                                                s.layout_a_orchestration_cores_per_gpu,

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from markupsafe import escape
 
 from advisor.catalog import builtin_catalog, load_catalog
 from advisor.report.html import SECTIONS, render_report
@@ -71,6 +72,24 @@ def test_report_figures_come_from_the_model(builtin_report):
             if s["gpu"]:
                 assert ("gpu", s["gpu"]) in listed
     assert all(s["source"] for s in data["sources"])
+
+
+def test_report_says_where_the_layout_belongs_and_why_hybrid_ties_b(builtin_report):
+    """#20 items 4 and 5: the layouts section states the layout the stage shares call for with the tool share at
+    which the choice flips, and, when hybrid ties B, why (the sentence the comparison carries)."""
+    html, data = builtin_report
+    cmp = data["comparison"]
+    layouts = _section(html, "layouts")
+    fit = cmp["layout_fit"]
+    assert fit is not None and fit["flip_tool_share"] is not None
+    assert f"Layout {fit['calls_for'].upper()} fits this workload" in fit["sentence"]
+    assert f"{fit['flip_tool_share']:.0%}" in fit["sentence"] and str(escape(fit["sentence"])) in layouts
+    res = {r["layout"]: r["throughput_tasks_per_hour"] for r in cmp["results"]}
+    if abs(res["hybrid"] - res["b"]) <= 1e-6 * res["b"]:
+        assert cmp["hybrid_note"] and cmp["hybrid_note"].startswith("Hybrid equals B")
+        assert str(escape(cmp["hybrid_note"])) in layouts
+    else:
+        assert str(escape(cmp["hybrid_note"] or "")) in layouts
 
 
 def test_report_in_headless_chromium(builtin_report, tmp_path):

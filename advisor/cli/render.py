@@ -196,6 +196,10 @@ def print_compare(cmp, console: Console) -> None:
                   ", ".join(r.binding_constraints))
     console.print(t)
     console.print(cmp.summary)
+    if cmp.layout_fit is not None:
+        console.print(cmp.layout_fit.sentence, highlight=False)
+    if cmp.hybrid_note:
+        console.print(cmp.hybrid_note, highlight=False)
 
 
 def _check_value(v: float | None, unit: str) -> str:

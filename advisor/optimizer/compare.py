@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Literal
 
 from advisor.deadline import Deadline
+from advisor.optimizer.layout_fit import LayoutFit, layout_fit
 from advisor.optimizer.migration import NotACandidate
 from advisor.optimizer.optimize import MATERIAL_GAIN, OptimizeResult, not_a_candidate_result, optimize
 from advisor.optimizer.settings import OptimizerSettings
-from advisor.layouts import LAYOUTS, Outcome, best_layout
+from advisor.layouts import LAYOUTS, TIE_RTOL, Outcome, best_layout, tied_layouts
 from models.base import Frozen
 from models.catalog import Catalog
 from models.hardware import Rack
 from models.performance import gpu_serving
+from models.pipeline import needs_queue
 from models.workload import Workload
 
 
@@ -23,6 +25,48 @@ class LayoutComparison(Frozen):
     """Throughput of each layout over layout A's (None when A delivers nothing)."""
     best_layout: str
     summary: str
+    layout_fit: LayoutFit | None = None
+    """Which layout the workload's stage shares call for and the tool share at which the choice flips (on layout A's
+    answer; advisor/optimizer/layout_fit.py). None when A has no answer or the workload has no tool stages."""
+    hybrid_note: str | None = None
+    """When hybrid ties B: why, in one sentence, and which constraint would have to bind for isolation to pay."""
+
+
+def hybrid_tie_note(workload: Workload, b: OptimizeResult, hybrid: OptimizeResult) -> str | None:
+    """Why hybrid equals B, or None when it does not (hybrid ahead beyond the tie tolerance, or either has no
+    answer). Isolated queues pay only where a shared queue's tool-wait target (`slo:<queue>`) binds on the calls of
+    classes that do not need that target: on their own queue those calls can run their cores busier."""
+    if b.throughput_tasks_per_hour <= 0 or not tied_layouts(
+            [Outcome(r.layout, r.throughput_tasks_per_hour, r.power_w, r.gap) for r in (b, hybrid)]) == ["b", "hybrid"]:
+        return None
+    if hybrid.throughput_tasks_per_hour > b.throughput_tasks_per_hour * (1 + TIE_RTOL):
+        gap = max(b.gap or 0.0, hybrid.gap or 0.0)
+        return (f"Hybrid ties B within the solver's optimality gap ({gap:.1%}; B {b.status}, hybrid "
+                f"{hybrid.status}): hybrid's {hybrid.throughput_tasks_per_hour:,.0f} tasks/h against B's "
+                f"{b.throughput_tasks_per_hour:,.0f} is not proven better, since B's search bounds its own optimum "
+                f"only by {b.throughput_tasks_per_hour * (1 + (b.gap or 0.0)):,.0f} tasks/h.")
+    pays = ("isolation pays only when a shared queue's tool-wait target binds (slo:shared) on the tool calls of "
+            "classes that do not need it")
+    tools = [c for c in workload.classes if needs_queue(c)]
+    targets = {c.name: workload.class_tool_wait_target(c) for c in tools}
+    if len(tools) < 2:
+        return f"Hybrid equals B: only one class needs a tool queue, so there is nothing to isolate; {pays}."
+    if all(t is None for t in targets.values()):
+        return (f"Hybrid equals B: no class has a tool-wait target, and without one a shared queue pools its cores at "
+                f"least as well as isolated queues; {pays}.")
+    if len(set(targets.values())) == 1:
+        t = next(iter(targets.values()))
+        return (f"Hybrid equals B: every class has the same {t:g} s tool-wait target, so isolated queues would be held "
+                f"to it too and lose the shared queue's pooling; {pays}.")
+    tight = min((t, n) for n, t in targets.items() if t is not None)
+    if "slo:shared" not in b.binding_constraints and not b.bottleneck.startswith("slo:"):
+        return (f"Hybrid equals B: the tightest tool-wait target ({tight[0]:g} s, class {tight[1]}) does not bind "
+                f"B's shared queue (B is bound by {b.bottleneck}); isolation would pay once that target bound "
+                "(slo:shared), i.e. once the other classes' tool work is a large enough share of the rack's power "
+                "that holding it to the target costs cores.")
+    return (f"Hybrid equals B: the tightest tool-wait target ({tight[0]:g} s, class {tight[1]}) binds B's shared "
+            f"queue, but hybrid's isolated queues did not deliver more (hybrid: {hybrid.status}); isolation pays "
+            "once the cores it frees on the other classes' queue outweigh the pooling the shared queue loses.")
 
 
 def compare_layouts(workload: Workload, rack: Rack, catalog: Catalog, deadline: Deadline | None = None,
@@ -67,7 +111,11 @@ def compare_layouts(workload: Workload, rack: Rack, catalog: Catalog, deadline: 
                    f"{best.throughput_tasks_per_hour / a:.2f}x GPU-first (A: {a:,.0f} tasks/h sustainable)")
     else:
         summary = f"best layout {best.layout}: {best_figure}; GPU-first delivers none"
-    return LayoutComparison(results=results, ratio_vs_a=ratios, best_layout=best.layout, summary=summary)
+    fit = layout_fit(results[0].configuration, workload, rack, catalog, kw.get("settings"))
+    by = {r.layout: r for r in results}
+    note = hybrid_tie_note(workload, by["b"], by["hybrid"]) if "b" in by and "hybrid" in by else None
+    return LayoutComparison(results=results, ratio_vs_a=ratios, best_layout=best.layout, summary=summary,
+                            layout_fit=fit, hybrid_note=note)
 
 
 class SideResult(Frozen):

@@ -360,6 +360,8 @@ def build(p: Problem, memory: bool = True) -> Built:
             terms = {y[i, q2]: -p.options[i].profile.io_mbps_per_core for (i, q2) in y if q2 == qi}
             terms[x] = io_mb[qi] / HOUR_S
             m.add(safe_name(f"io_bandwidth_{qname}"), f"io_bandwidth:{qname}", terms, "<=", 0.0)
+    if len(p.partition) > 1:
+        _add_queue_floors(m, p, y, x, x_ub, work, io_mb)
     if p.slo_curves:
         add_slo_curves(m, p, y, x, count)
 
@@ -480,18 +482,44 @@ def add_sku_routing(m: LinearModel, p: Problem, n, y, u, x: str, count, has_llm:
             m.add(safe_name(f"sandbox_{kind}_{qname}"), f"sandbox_{kind}:{qname}", terms, "<=", 0.0)
 
 
-def slo_queues(p: Problem) -> list[tuple[int, str, list[float], list[QueueCalls]]]:
+def _add_queue_floors(m: LinearModel, p: Problem, y, x: str, x_ub: float, work: list[float],
+                      io_mb: list[float]) -> None:
+    """queue_floor:<q>, with more than one queue: a queue that serves anything has at least one call slot (its mean
+    parallelism in cores) and one I/O stream (`io_stream_mbps` of local NVMe bandwidth). The fluid core and
+    bandwidth rows let a small isolated queue take a fraction of one; the evaluator rounds its slots and streams
+    down, so such a queue completes nothing. Binary z_q: X <= x_ub z_q, cores and bandwidth >= one slot, stream."""
+    stream = p.settings.assumptions.io_stream_mbps
+    for qi, qname in enumerate(p.queue_names):
+        qc = queue_calls(p.workload, p.partition[qi], 1.0)
+        need_cores = work[qi] > 0 and qc is not None
+        if not (need_cores or io_mb[qi] > 0):
+            continue
+        tag = safe_name(qname)
+        z = m.var(f"queue_on_{tag}", 0, 1, integer=True)
+        m.add(f"queue_on_{tag}", f"queue_floor:{qname}", {x: 1.0, z: -x_ub}, "<=", 0.0)
+        if need_cores:
+            m.add(f"queue_slot_{tag}", f"queue_floor:{qname}",
+                  {**{y[i, q2]: -1.0 for (i, q2) in y if q2 == qi}, z: qc.mean_parallelism}, "<=", 0.0)
+        if io_mb[qi] > 0:
+            m.add(f"queue_stream_{tag}", f"queue_floor:{qname}",
+                  {**{y[i, q2]: -p.options[i].profile.io_mbps_per_core for (i, q2) in y if q2 == qi}, z: stream},
+                  "<=", 0.0)
+
+
+def slo_queues(p: Problem) -> list[tuple[int, str, list[float], list[QueueCalls], float]]:
     """Queues with a tail-wait target: (index, name, the distinct core speeds of the servers that can give the queue
-    cores, ascending, and the queue's call figures at each speed)."""
-    slo = p.workload.slo
-    if not slo or not slo.tool_wait_p95_seconds:
+    cores, ascending, the queue's call figures at each speed, and its target: the tightest of its classes')."""
+    if not p.workload.has_tool_wait_target:
         return []
     speeds = sorted({o.profile.per_core_perf for o in p.options if o.profile.tool_cores > 0})
     out = []
     for qi, qname in enumerate(p.queue_names):
+        target = p.workload.tool_wait_target(p.partition[qi])
+        if target is None:
+            continue
         qcs = [queue_calls(p.workload, p.partition[qi], v) for v in speeds]
         if speeds and all(qc is not None for qc in qcs):
-            out.append((qi, qname, speeds, qcs))
+            out.append((qi, qname, speeds, qcs, target))
     return out
 
 
@@ -501,7 +529,7 @@ def add_slo_curves(m: LinearModel, p: Problem, y, x: str, count) -> None:
     l the queue takes cores only from servers at least that fast, and the curve assumes speed l (conservative for a
     mix, exact for one speed). One binary per (level, segment); exactly one is set."""
     s = p.settings
-    for qi, qname, speeds, qcs in slo_queues(p):
+    for qi, qname, speeds, qcs, target in slo_queues(p):
         if p.slo_relaxed:
             speeds, qcs = speeds[-1:], qcs[-1:]
         opts = [i for (i, q2) in y if q2 == qi]
@@ -520,7 +548,7 @@ def add_slo_curves(m: LinearModel, p: Problem, y, x: str, count) -> None:
         rate: dict[str, float] = {x: qcs[0].calls_per_task / HOUR_S}
         level_on: list[dict[str, float]] = []
         for li, qc in enumerate(qcs):
-            segs = curve(qc, p.workload.slo.tool_wait_p95_seconds, s.assumptions.tail_quantile, top,
+            segs = curve(qc, target, s.assumptions.tail_quantile, top,
                          s.slo_curve_exact_servers, s.slo_curve_tolerance)
             on: dict[str, float] = {}
             for k, sg in enumerate(segs):

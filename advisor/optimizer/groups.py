@@ -61,6 +61,8 @@ GROUPS: dict[str, Group] = {g.name: g for g in (
           "W_q X / 3600 <= sum_o speed_o y[o,q]"),
     Group("slo", "tool-wait target", "calls/s", "capacity", "queue",
           "v_q X / 3600 <= piecewise-linear capacity curve in the queue's integer server count"),
+    Group("queue_floor", "one call slot and one I/O stream per isolated queue", "cores, MB/s", "structure", "queue",
+          "X <= X_max z_q, sum_o y[o,q] >= pbar_q z_q, sum_o bw_o y[o,q] >= io_stream z_q (two or more queues)"),
     Group("sku_routing", "routing over mixed SKUs", "tasks/h", "structure", "model",
           "sum_g x_g = X, lo cap_g <= x_g <= hi cap_g; per queue sum_s x[q,s] = X, lo qcap_s <= W_q x[q,s] / 3600 "
           "<= hi qcap_s (utilization bands, §9.3); s_o = orchestration_rate_o u_o (= GPU capacity where the engine "

@@ -77,25 +77,23 @@ def tail_checks(ev: Evaluation, w: Workload, a: ModelAssumptions) -> list[TailCh
     """Every tail target of the workload checked on an evaluation at its operating point (open arrivals)."""
     out: list[TailCheck] = []
     slo = w.slo
-    if slo is None:
-        return out
     q_label = f"p{a.tail_quantile * 100:g}"
-    if slo.p95_task_seconds:
+    if slo is not None and slo.p95_task_seconds:
         v = ev.p95_task_seconds
         out.append(TailCheck(target=f"{q_label} task time", value_s=v, target_s=slo.p95_task_seconds,
                              met=v is not None and v <= slo.p95_task_seconds))
-    if slo.tool_wait_p95_seconds:
+    if w.has_tool_wait_target:
         lam = ev.arrival_rate_tasks_per_hour / 3600.0
         for q in ev.queues:
             n = calls_per_task(w, q.classes)
-            if n <= 0:
+            target = w.tool_wait_target(q.classes)
+            if n <= 0 or target is None:
                 continue
             v = q.wait_scale * mmc_wait_quantile(q.servers, lam * n, q.mean_call_s, a.tail_quantile) \
                 if lam > 0 else 0.0
             v = v if math.isfinite(v) else None
             out.append(TailCheck(target=f"{q_label} wait for a tool core, queue {q.name}", value_s=v,
-                                 target_s=slo.tool_wait_p95_seconds,
-                                 met=v is not None and v <= slo.tool_wait_p95_seconds))
+                                 target_s=target, met=v is not None and v <= target))
     return out
 
 

@@ -142,7 +142,8 @@ class OptimizeResult(Frozen):
 
 def partitions(workload: Workload, layout: Layout, servings: dict | None = None) -> list[list[list[str]]]:
     """Queue partitions to try: A and B share one queue; hybrid also tries isolated and tool-heavy/inference-heavy
-    (classes whose unloaded time is mostly tool CPU against the rest)."""
+    (classes whose unloaded time is mostly tool CPU against the rest). When the classes' tool-wait targets differ,
+    hybrid tries the isolated queues first."""
     need = [c for c in workload.classes if needs_queue(c)]
     names = [c.name for c in need]
     if not names:
@@ -163,6 +164,11 @@ def partitions(workload: Workload, layout: Layout, servings: dict | None = None)
             light = [c.name for c in need if tool_share(c) < 0.5]
             if heavy and light:
                 out.append([heavy, light])
+        if len({workload.tool_wait_target([n]) for n in names}) > 1:
+            # The classes' tool-wait targets differ: a shared queue holds every call to the tightest one, which is
+            # what isolation removes. Try the isolated queues first, so that a time limit spent on the shared
+            # queue's tail-wait curves never leaves them untried.
+            out.insert(0, out.pop(1))
     return out
 
 
@@ -704,8 +710,9 @@ def optimize(
                           capital_budget_usd=None, gpu_ids=gpu_ids, cpu_ids=cpu_ids, settings=settings,
                           explain=False, certify=False) if capital_budget_usd is None else None
     proven_ub: float | None = 0.0  # largest proven bound over the partitions tried (None: some unknown)
-    for pi, part in enumerate(partitions(workload, layout, servings)):
-        if pi > 0 and best is not None and not best[5]:
+    parts = partitions(workload, layout, servings)
+    for pi, part in enumerate(parts):
+        if pi > 0 and best is not None and not best[5] and len(parts[0]) == 1:
             break  # without memory or tail limits in play one shared queue is never worse than split ones
         if pi > 0 and clock.no_time():
             proven_ub = None  # partitions left untried
@@ -1139,7 +1146,7 @@ def _certify(result: OptimizeResult, p: Problem, options: list[ServerOption], la
 
 def _slo_mixed_speeds(p: Problem) -> bool:
     """Whether a tail-wait queue can take cores of more than one speed (its capacity curve is then conservative)."""
-    return any(len(speeds) > 1 for _, _, speeds, _ in slo_queues(p))
+    return any(len(speeds) > 1 for _, _, speeds, _, _ in slo_queues(p))
 
 
 def _label(sol: Solution, x_eval: float, bound: float | None, s: OptimizerSettings, clock: _Clock,

@@ -50,5 +50,15 @@ class OptimizerSettings(Input):
     throughput, docs/validation.md) and keeps a 2,000-server queue to about 50 segments per core-speed level."""
     dinkelbach_iterations: int = Field(default=12, gt=0)
     """Solves allowed for the cost-per-task ratio (Dinkelbach's method converges superlinearly; 3-6 are typical)."""
+    layout_fit_scale_span: float = Field(default=1024.0, gt=1)
+    """Where each layout belongs (advisor/optimizer/layout_fit.py): the tool work of every CPU stage is scaled by
+    factors from 1/span to span around the workload's own to find the tool share at which GPU-first's answer stops
+    being GPU-bound. 1,024 puts a tool share of a few tenths of a percent at one end and well over 90% at the other
+    for every built-in preset (their own tool shares run from ~1% for batch-generation to ~60% for rl-rollout on
+    B200; arXiv 2511.00739 reports tool processing up to 90.6% of end-to-end latency), so a flip inside the
+    published range is found."""
+    layout_fit_share_tolerance: float = Field(default=1e-3, gt=0, lt=0.1)
+    """Bisection on the tool-work scale stops when the flip's tool share is known to this absolute fraction (0.1
+    percentage point: the answer quotes it to whole percent)."""
     assumptions: ModelAssumptions = ModelAssumptions()
     """Pipeline-model assumptions used to evaluate options."""
