@@ -6,6 +6,7 @@ from typing import Literal
 
 from advisor.deadline import Deadline
 from advisor.optimizer.layout_fit import LayoutFit, layout_fit
+from advisor.report.names import pool  # people's words: the note is shown as is in the report
 from advisor.optimizer.migration import NotACandidate
 from advisor.optimizer.optimize import MATERIAL_GAIN, OptimizeResult, not_a_candidate_result, optimize
 from advisor.optimizer.settings import OptimizerSettings
@@ -45,8 +46,8 @@ def hybrid_tie_note(workload: Workload, b: OptimizeResult, hybrid: OptimizeResul
                 f"{hybrid.status}): hybrid's {hybrid.throughput_tasks_per_hour:,.0f} tasks/h against B's "
                 f"{b.throughput_tasks_per_hour:,.0f} is not proven better, since B's search bounds its own optimum "
                 f"only by {b.throughput_tasks_per_hour * (1 + (b.gap or 0.0)):,.0f} tasks/h.")
-    pays = ("isolation pays only when a shared queue's tool-wait target binds (slo:shared) on the tool calls of "
-            "classes that do not need it")
+    pays = ("isolation pays only when a shared queue's tool-wait target binds on the tool calls of classes that "
+            "do not need it")
     tools = [c for c in workload.classes if needs_queue(c)]
     targets = {c.name: workload.class_tool_wait_target(c) for c in tools}
     if len(tools) < 2:
@@ -61,9 +62,9 @@ def hybrid_tie_note(workload: Workload, b: OptimizeResult, hybrid: OptimizeResul
     tight = min((t, n) for n, t in targets.items() if t is not None)
     if "slo:shared" not in b.binding_constraints and not b.bottleneck.startswith("slo:"):
         return (f"Hybrid equals B: the tightest tool-wait target ({tight[0]:g} s, class {tight[1]}) does not bind "
-                f"B's shared queue (B is bound by {b.bottleneck}); isolation would pay once that target bound "
-                "(slo:shared), i.e. once the other classes' tool work is a large enough share of the rack's power "
-                "that holding it to the target costs cores.")
+                f"B's shared queue (B is bound by {pool(b.bottleneck)}); isolation would pay once that target bound "
+                "there, i.e. once the other classes' tool work is a large enough share of the rack's power that "
+                "holding it to the target costs cores.")
     return (f"Hybrid equals B: the tightest tool-wait target ({tight[0]:g} s, class {tight[1]}) binds B's shared "
             f"queue, but hybrid's isolated queues did not deliver more (hybrid: {hybrid.status}); isolation pays "
             "once the cores it frees on the other classes' queue outweigh the pooling the shared queue loses.")
