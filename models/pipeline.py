@@ -550,9 +550,10 @@ def evaluate(
         # Allen-Cunneen: a G/G/c wait is about the M/M/c wait times (Ca^2 + Cs^2) / 2, with Poisson arrivals Ca^2 = 1.
         qwait_scale[q.name] = (1.0 + scv) / 2.0
         if scv > a.tool_call_scv_warning:
-            warnings.append(f"cpu:{q.name}: tool-call times vary widely (squared CV {scv:.1f}); the M/M/c and "
-                            "product-form figures understate waits and closed-loop throughput in this regime "
-                            "(see docs/validation.md)")
+            warnings.append(f"cpu:{q.name}: tool-call times vary widely (squared CV {scv:.1f}); its waits carry "
+                            "an approximate correction for that spread (Allen-Cunneen in the open model, a fitted "
+                            "heavy-traffic scaling in the closed loop), good to about 10% in simulation (see "
+                            "docs/validation.md)")
         if slo and slo.tool_wait_p95_seconds:
             lam = max_arrival_for_wait(qservers[q.name], qmean_call[q.name],
                                        slo.tool_wait_p95_seconds / qwait_scale[q.name], a.tail_quantile)
