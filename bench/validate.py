@@ -2,7 +2,7 @@
 configurations built from the built-in catalog; writes docs/validation.md and docs/validation.svg.
 
 Run from the repository root:
-    python bench/validate.py            # full grid (~140 configurations; see docs/validation.md for the wall time)
+    python bench/validate.py            # full grid (~150 configurations; see docs/validation.md for the wall time)
     python bench/validate.py --quick    # a dozen configurations, fewer tasks (a smoke check, ~1-2 minutes)
 
 Per configuration up to three simulations, each with independent replications (`REPLICATIONS`, about
@@ -44,7 +44,7 @@ TARGET_P95_MEDIAN, TARGET_P95_WORST = 0.08, 0.15
 TARGET_BOUND_OVER = 0.05
 """The sustainable bound may exceed the simulated saturated throughput by at most this much."""
 REPLICATIONS, TARGET_TASKS = 2, 300
-"""Per simulation: independent replications x about this many measured tasks each (a 2-core budget for ~140
+"""Per simulation: independent replications x about this many measured tasks each (a 2-core budget for ~150
 configurations; docs/validation.md states the noise this leaves)."""
 WALL_CLOCK_S = 120
 """Wall-clock guard per replication (the simulator stops and flags the row as truncated)."""
@@ -377,7 +377,7 @@ def write_doc(rows: list[dict], skipped: list[str], path: Path, cmd: str, wall: 
          f"- **Latency**: open Poisson arrivals at {LOAD:.0%} of the sustainable throughput; p95 and mean task time.",
          f"- Error = (closed form - simulation) / simulation. Simulated figures are means over {REPLICATIONS} "
          f"independent replications of about {TARGET_TASKS} measured tasks each (warm-up of 3 mean task times "
-         "discarded): a budget that fits ~140 configurations on 2 busy cores. Single rows carry the sampling "
+         "discarded): a budget that fits ~150 configurations on 2 busy cores (the last run: two passes sharing a simulation cache, `--sim-cache`). Single rows carry the sampling "
          "noise described below; the medians are stable.", "",
          "## Targets", "",
          f"Issue #17 item 6, in every regime: throughput median <= {TARGET_THR_MEDIAN:.0%} and worst <= "
