@@ -142,8 +142,9 @@ def make_config(cat, hw: tuple, workload, ratio) -> dict | None:
             floor[c.name] = max(2, _io_cores(cat, tnode, workload, {c.name}))
             qc[c.name] = float(max(floor[c.name], math.ceil(r * gpu_x * w / perf)))
     total = sum(qc.values())
-    if total > node_cores:
-        qc = {k: float(max(floor[k], math.floor(v * node_cores / total))) for k, v in qc.items()}
+    if total > node_cores:  # scale the cores above each queue's floor down to what the node has
+        room, above = node_cores - sum(floor.values()), total - sum(floor.values())
+        qc = {k: float(floor[k] + math.floor((v - floor[k]) * room / above)) for k, v in qc.items()}
     servers = [{**g, "count": 1, "orchestration_cores_per_gpu": orch_per_gpu, "queue_cores": {}} for g in gsrvs]
     return {"name": name, "layout": layout, "servers": servers + [{**tnode, "count": 1, "queue_cores": qc}],
             "queues": [{"name": c, "classes": [c]} for c in qc]}
