@@ -26,9 +26,10 @@ class ModelAssumptions(Input):
     scale-up domain): 8, one HGX/OAM baseboard's NVLink/Infinity Fabric domain (NVIDIA HGX and AMD Instinct platform
     specifications); the model scales TP linearly, which holds within such a domain."""
     tool_call_scv_warning: float = Field(default=4.0, gt=0)
-    """Squared coefficient of variation of a tool queue's call time above which the evaluator warns that its M/M/c
-    and product-form figures understate waits (docs/validation.md: swe-agent's queue at SCV ~30 runs 10-20% below
-    the closed form in simulation; queues near exponential agree within a few percent)."""
+    """Squared coefficient of variation of a tool queue's call time above which the evaluator warns that its waits
+    rest on an approximate correction for the spread (docs/model.md 6.2, 6.3; docs/validation.md: on swe-agent's
+    queue at SCV ~30 the corrected closed loop is within about 5-10% of the simulator, queues near exponential within
+    a few percent)."""
     gpu_birth_death_states: int = Field(default=20000, gt=0)
     """States kept when solving the GPU batching station with open arrivals (a geometric tail covers the rest)."""
     io_stream_mbps: float = Field(default=2000.0, gt=0)

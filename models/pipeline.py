@@ -31,11 +31,16 @@ from models.performance import (GpuServing, cached_gpu_serving, call_mix, cpu_ca
                                 serving_key, stage_gpu_latency_s)
 from models.queueing import (
     Station,
+    arrival_queue_pmf,
     birth_death_mean_number,
+    closed_loop_fixed_point,
+    closed_loop_scale,
     exact_mva,
     max_arrival_for_wait,
     mmc_mean_wait,
     mmc_wait_second_moment,
+    multiserver_wait_moments,
+    variability_station,
 )
 from models.rack_physics import (FeedLoad, check_server_ports, feed_loads, planning_power_fraction, psu_warning,
                                  rack_switch, switches_needed)
@@ -48,6 +53,10 @@ HOUR_S = 3600.0
 MEMORY_NEAR_BINDING = 0.05
 """A sandbox-memory bound within this relative distance of the binding one is warned about as binding (at load it
 binds first: sandboxes live longer than the unloaded task time it assumes)."""
+WAIT_AGREEMENT = 1e-6
+"""Relative agreement between a closed-loop station's wait from Little's law ((R - D) / v) and from the arrival
+theorem (`multiserver_wait_moments`) within which the former sets the scale of the wait's second moment; the two are
+equal in exact arithmetic, and differ only where the wait is negligible and (R - D) is rounding noise."""
 LABEL_TOLERANCE = 1e-6
 """Relative slack within which GPU and orchestration capacity count as equal when naming the serving bottleneck
 (an optimizer sizes orchestration exactly to the GPUs; rounding should not flip the label)."""
@@ -544,9 +553,10 @@ def evaluate(
         # Allen-Cunneen: a G/G/c wait is about the M/M/c wait times (Ca^2 + Cs^2) / 2, with Poisson arrivals Ca^2 = 1.
         qwait_scale[q.name] = (1.0 + scv) / 2.0
         if scv > a.tool_call_scv_warning:
-            warnings.append(f"cpu:{q.name}: tool-call times vary widely (squared CV {scv:.1f}); the M/M/c and "
-                            "product-form figures understate waits and closed-loop throughput in this regime "
-                            "(see docs/validation.md)")
+            warnings.append(f"cpu:{q.name}: tool-call times vary widely (squared CV {scv:.1f}); its waits carry "
+                            "an approximate correction for that spread (Allen-Cunneen in the open model, a fitted "
+                            "heavy-traffic scaling in the closed loop), good to about 10% in simulation (see "
+                            "docs/validation.md)")
         target = workload.tool_wait_target(q.classes)
         if target is not None:
             lam = max_arrival_for_wait(qservers[q.name], qmean_call[q.name], target / qwait_scale[q.name],
@@ -668,40 +678,63 @@ def evaluate(
     elif n_agents is not None and n_agents >= 1:
         capped = n_agents > a.max_closed_loop_agents
         n_run = min(n_agents, a.max_closed_loop_agents)
-        if has_llm and serving_cap > 0:
-            mva_stations.append(Station("gpu", calls_per_task * mean_l0,
-                                        lambda n: gpu_rate(n) * mean_l0, rate_key=(gpu_rate_key, mean_l0)))
+        # Tool and I/O stations: multi-server, exponential, with the queue scaled for call-time variability at the
+        # throughput x_hat (`variability_rate`); solved as a fixed point in x_hat (`closed_loop_fixed_point`).
+        multi: list[tuple[str, float, float, float]] = []  # (name, demand, servers, Allen-Cunneen scale)
         for q in queues:
             if cpu_calls[q.name] > 0 and qservers.get(q.name, 0) > 0:
-                m = qcores[q.name] / (cpu_hold[q.name] / cpu_call_time[q.name])
-                mva_stations.append(Station(f"cpu:{q.name}", cpu_call_time[q.name],
-                                            lambda n, m=m: np.minimum(n, m), rate_key=("servers", m)))
+                multi.append((f"cpu:{q.name}", cpu_call_time[q.name], float(qservers[q.name]),
+                              closed_loop_scale(qwait_scale[q.name])))
             if io_calls[q.name] > 0 and io_streams.get(q.name, 0) > 0:
-                mva_stations.append(Station(f"io:{q.name}", io_time[q.name],
-                                            lambda n, k=io_streams[q.name]: np.minimum(n, k),
-                                            rate_key=("servers", io_streams[q.name])))
+                multi.append((f"io:{q.name}", io_time[q.name], float(io_streams[q.name]),
+                              closed_loop_scale(io_wait_scale[q.name])))
+
+        def network(x_hat: float | None) -> list[Station]:
+            out = [Station("gpu", calls_per_task * mean_l0, lambda n: gpu_rate(n) * mean_l0,
+                           rate_key=(gpu_rate_key, mean_l0))] if has_llm and serving_cap > 0 else []
+            for name, demand, servers, scale in multi:
+                out.append(variability_station(name, demand, servers, scale, x_hat))
+            return out
+
+        mva_stations = network(None)
         if mva_stations:
             # queue lengths only when agents are given (they set the waits); for the memory-limited population
             # only its throughput is read, and the marginals of a 100-rack row's population underflow
-            res = exact_mva(mva_stations, mix_time["delay"], n_run, queue_lengths=op.agents is not None)
-            x_n = res.throughput
+            res = closed_loop_fixed_point(exact_mva, network, mix_time["delay"], n_run,
+                                          queue_lengths=op.agents is not None)
+            mva_stations = network(res.x_hat)
+            x_n = res.result.throughput
+            res = res.result
             closed = ClosedLoop(agents=n_run, capped=capped, throughput_tasks_per_hour=x_n * HOUR_S,
                                 mean_task_seconds=n_run / x_n)
             if capped:
                 warnings.append(f"closed loop capped at {n_run} agents (memory allows {n_agents})")
             if op.agents is not None:
+                # The wait's spread from the number of tasks an arriving call finds (arrival theorem); its mean
+                # stays the one Little's law gives from the residence times, so the mean task time is N / X(N).
+                found = arrival_queue_pmf(mva_stations, mix_time["delay"], n_run, x_n)
                 for i, st in enumerate(mva_stations):
                     r_i = float(res.residence_s[i])
                     if st.name == "gpu":
                         gpu_stretch = r_i / st.demand_s
-                    elif st.name.startswith("io:"):
-                        qn = st.name.split(":", 1)[1]
-                        w = max(0.0, (r_i - st.demand_s) / io_calls[qn])
-                        iowait[qn], iowait2[qn] = w, 2 * w * w
+                        continue
+                    qn = st.name.split(":", 1)[1]
+                    if st.name.startswith("io:"):
+                        calls, servers = io_calls[qn], float(io_streams[qn])
                     else:
-                        qn = st.name.split(":", 1)[1]
-                        w = max(0.0, (r_i - st.demand_s) / cpu_calls[qn])
-                        qwait[qn], qwait2[qn] = w, 2 * w * w
+                        calls, servers = cpu_calls[qn], float(qservers[qn])
+                    w = max(0.0, (r_i - st.demand_s) / calls)
+                    w2 = 2 * w * w  # exponential, if the marginal underflows
+                    if found[i] is not None:
+                        m1, m2 = multiserver_wait_moments(found[i], servers, st.demand_s / calls)
+                        if m1 > 0 and abs(w - m1) <= WAIT_AGREEMENT * max(w, m1):
+                            w2 = m2 * (w / m1) ** 2
+                        else:  # a wait that is cancellation noise in (R - D) / v: the arrival theorem's moment
+                            w2 = m2
+                    if st.name.startswith("io:"):
+                        iowait[qn], iowait2[qn] = w, w2
+                    else:
+                        qwait[qn], qwait2[qn] = w, w2
 
     if op.agents is not None and closed is not None:
         lam = closed.throughput_tasks_per_hour / HOUR_S

@@ -305,6 +305,141 @@ def exact_mva(stations: Sequence[Station], think_s: float, population: int, queu
     return res
 
 
+def arrival_queue_pmf(stations: Sequence[Station], think_s: float, population: int, x_tilt: float
+                      ) -> list[np.ndarray | None]:
+    """Per station, the distribution of the number of tasks an arriving task finds there: by the arrival theorem
+    for product-form networks (Lavenberg & Reiser 1980; Sevcik & Mitrani 1981) it is the station's marginal in the
+    same network with one task fewer, P_{N-1}(n_k = j) = f_k(j) G_-k(N-1-j) / G(N-1), j = 0..N-1.
+
+    `x_tilt` is a throughput near the network's (e.g. `exact_mva`'s X(N)); the factors are tilted by it as in
+    `exact_mva`, which leaves every ratio exact. None for a station without demand or whose marginal underflows.
+    """
+    n = int(population)
+    if n < 1:
+        return [None] * len(stations)
+    n_idx = np.arange(n + 1)
+    lt = math.log(x_tilt) if x_tilt > 0 and math.isfinite(x_tilt) else 0.0
+    facs = [_linear(_log_station(s, n) + lt * n_idx) for s in stations]
+    delay = _linear(_log_delay(think_s, n) + lt * n_idx)
+    out: list[np.ndarray | None] = []
+    for i, st in enumerate(stations):
+        if st.demand_s <= 0:
+            out.append(None)
+            continue
+        rest = delay
+        for j in sorted((j for j in range(len(facs)) if j != i), key=lambda j: len(facs[j][0])):
+            rest = _conv_trimmed(rest, facs[j], n + 1)
+        # population N - 1: entries 0..N-1 of the station's factor against the rest reversed
+        p = _dense(facs[i], n + 1)[:n] * _dense(rest, n + 1)[:n][::-1]
+        tot = float(np.sum(p))
+        out.append(p / tot if tot > 0 and math.isfinite(tot) else None)
+    return out
+
+
+def multiserver_wait_moments(pmf: np.ndarray, servers: float, service_s: float) -> tuple[float, float]:
+    """Mean and second moment of the wait of a task arriving at an exponential multi-server FCFS station that finds
+    j tasks there with probability pmf[j]: it waits for k = max(0, j + 1 - servers) completions at rate
+    servers / service_s, a Gamma(k, servers / service_s) wait (Erlang for integer k; `servers` may be fractional, as
+    the closed loop's C_q / p_q is), so E[W | j] = k s / m and E[W^2 | j] = k (k + 1) (s / m)^2."""
+    if servers <= 0:
+        return math.inf, math.inf
+    k = np.maximum(0.0, np.arange(len(pmf), dtype=float) + 1.0 - servers)
+    step = service_s / servers
+    return float(np.sum(pmf * k)) * step, float(np.sum(pmf * k * (k + 1.0))) * step * step
+
+
+def variability_station(name: str, demand_s: float, servers: float, scale: float, x_hat: float | None) -> Station:
+    """A multi-server station whose queue carries the spread of its service times, for a closed network.
+
+    An exponential station with `servers` servers (demand D per task) has, above `servers` tasks, product-form factor
+    ratio rho = X D / servers per added task: the M/M/c queue, geometric with ratio rho. A G/G/c queue in heavy
+    traffic has an exponential queue whose mean is `scale` = (1 + SCV) / 2 times M/M/c's (the Allen-Cunneen factor
+    with Poisson arrivals; Kingman's heavy-traffic limit, and the diffusion approximation of closed networks, Reiser
+    & Kobayashi 1974, where a station's queue is geometric with ratio exp(-2 (1 - rho) / (rho (Ca^2 + Cs^2)))). Here
+    the ratio above `servers` is rho^(1 / scale), the heavy-traffic equivalent of that ratio that reduces to M/M/c
+    exactly at scale 1: the completion rate with more than `servers` tasks present is servers x rho^(1 - 1 / scale),
+    rho evaluated at the throughput `x_hat` (capped at 1, so the station's capacity is unchanged). Below `servers`
+    tasks nothing queues and service is insensitive to its distribution. `x_hat` None, or scale 1: exponential.
+    """
+    if x_hat is None or abs(scale - 1.0) <= VARIABILITY_SCALE_TOLERANCE or demand_s <= 0:
+        return Station(name, demand_s, lambda n, m=servers: np.minimum(n, m), rate_key=("servers", servers))
+    rho = min(1.0, x_hat * demand_s / servers)
+    if rho <= 0:
+        return Station(name, demand_s, lambda n, m=servers: np.minimum(n, m), rate_key=("servers", servers))
+    above = servers * rho ** (1.0 - 1.0 / scale)
+
+    def rate(n, m=servers, top=above):
+        n = np.asarray(n, dtype=float)
+        return np.where(n <= m, np.minimum(n, m), top)
+
+    return Station(name, demand_s, rate, rate_key=("servers_scv", servers, scale, rho))
+
+
+CLOSED_LOOP_VARIABILITY_WEIGHT = 0.5
+"""Share of the Allen-Cunneen excess f - 1 a closed loop's multi-server station carries (`closed_loop_scale`).
+The full factor f = (1 + SCV) / 2 is a single-server heavy-traffic result; with many servers a long call holds one
+server of many and the wait grows less than f (the open-arrival tool waits of docs/validation.md run below f x the
+M/M/c wait in simulation). Chosen against the discrete-event simulator on the CPU-bound swe-agent configurations
+(SCV ~30, 9-15 tool slots; 4 replications x 2,500 tasks at N/2, N, 2N agents): the full excess put the closed
+loop's throughput 4-6% below the simulator at twice the knee population, none of it 2-4% above and its p95 8-9% low;
+half of it gives throughput within -5%..+3% and p95 within -4%..-8% (docs/validation.md)."""
+VARIABILITY_SCALE_TOLERANCE = 1e-12
+"""Allen-Cunneen scales this close to 1 leave a station exponential (the exact product-form network)."""
+FIXED_POINT_ITERATIONS = 30
+"""Most solves `closed_loop_fixed_point` makes (it stops earlier once x_hat settles)."""
+FIXED_POINT_TOLERANCE = 1e-10
+"""Relative change of the throughput at which the fixed point has settled (far below any figure reported)."""
+
+
+def closed_loop_scale(open_scale: float) -> float:
+    """The queue scale a closed loop's multi-server station carries for its call-time spread, from the open model's
+    Allen-Cunneen factor f: 1 + CLOSED_LOOP_VARIABILITY_WEIGHT (f - 1)."""
+    return 1.0 + CLOSED_LOOP_VARIABILITY_WEIGHT * (open_scale - 1.0)
+
+
+@dataclass(frozen=True)
+class FixedPoint:
+    result: ClosedResult
+    x_hat: float | None
+    """Throughput the stations' variability scaling was evaluated at (None: every station exponential)."""
+    iterations: int
+
+
+def closed_loop_fixed_point(solve: Callable, network: Callable[[float | None], Sequence[Station]], think_s: float,
+                            population: int, queue_lengths: bool = True) -> FixedPoint:
+    """Throughput X(N) of a closed network whose stations depend on the throughput they run at (`network(x_hat)`,
+    e.g. `variability_station`): the fixed point x_hat = X(N; network(x_hat)).
+
+    `solve` is the product-form solver (`exact_mva`). The map is increasing in x_hat (a busier station drains its
+    queue faster, up to its capacity) and X at the exponential network (x_hat None) is its largest value, so the
+    iteration starts there and takes secant steps, kept inside the bracket the monotone map gives.
+    """
+    plain = network(None)
+    first = solve(plain, think_s, population, queue_lengths=False)
+    x0 = first.throughput
+    if not (math.isfinite(x0) and x0 > 0) or not any(
+            isinstance(s.rate_key, tuple) and s.rate_key[:1] == ("servers_scv",) for s in network(x0)):
+        return FixedPoint(solve(plain, think_s, population, queue_lengths), None, 0)
+    # g(x) = X(network(x)) - x: g(x0) <= 0 (x0 is X at the exponential network); g(lo) >= 0 at lo = X(network(lo))
+    lo, hi = 0.0, x0
+    x_prev, g_prev = x0, solve(network(x0), think_s, population, queue_lengths=False).throughput - x0
+    x = x0 + g_prev
+    it = 1
+    while it < FIXED_POINT_ITERATIONS:
+        g = solve(network(x), think_s, population, queue_lengths=False).throughput - x
+        it += 1
+        if g >= 0:
+            lo = max(lo, x)
+        else:
+            hi = min(hi, x)
+        if abs(g) <= FIXED_POINT_TOLERANCE * x:
+            break
+        step = x - g * (x - x_prev) / (g - g_prev) if g != g_prev else x + g
+        x_prev, g_prev = x, g
+        x = step if lo < step < hi else 0.5 * (lo + hi) if lo > 0 else x + g
+    return FixedPoint(solve(network(x), think_s, population, queue_lengths), x, it)
+
+
 def _queue_length_by_derivative(base: list[np.ndarray], base_delay: np.ndarray, i: int, x_tilt: float,
                                 n_max: int) -> float:
     """E[n_i] = D_i d log G / d D_i by a central difference, for a marginal that underflows."""

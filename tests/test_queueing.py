@@ -18,7 +18,10 @@ from hypothesis import strategies as st
 
 from models.queueing import (
     Station,
+    arrival_queue_pmf,
     birth_death_mean_number,
+    closed_loop_fixed_point,
+    closed_loop_scale,
     ERLANG_RECURSION_MAX_SERVERS,
     erlang_c,
     exact_mva,
@@ -26,6 +29,8 @@ from models.queueing import (
     mmc_mean_wait,
     mmc_wait_quantile,
     mmc_wait_second_moment,
+    multiserver_wait_moments,
+    variability_station,
 )
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -67,7 +72,7 @@ def fixed_rate_mva(demands: list[float], think: float, n_max: int):
     return np.array(xs), np.array(q), np.array(r)
 
 
-def ctmc_closed_cycle(demands, rates, think, population):
+def ctmc_closed_cycle(demands, rates, think, population, marginals: bool = False):
     """Brute force: the CTMC of a closed cyclic network delay -> station 1 -> ... -> station K -> delay.
 
     Station k with n tasks completes at rate alpha_k(n) / D_k; the delay station (infinite server, mean Z) at rate
@@ -105,6 +110,12 @@ def ctmc_closed_cycle(demands, rates, think, population):
     pi, *_ = np.linalg.lstsq(a, b, rcond=None)
     means = np.array([sum(pi[index[s]] * s[j] for s in states) for j in range(parts)])
     x = means[0] / think  # completions of the delay station = tasks per second
+    if marginals:  # P(n_k = j) for each station k (delay excluded), j = 0..population
+        dists = np.zeros((k, population + 1))
+        for s in states:
+            for j in range(k):
+                dists[j, s[j + 1]] += pi[index[s]]
+        return x, means[1:], dists
     return x, means[1:]
 
 
@@ -464,3 +475,104 @@ def test_birth_death_unstable_and_empty():
     rate = lambda n: np.minimum(np.asarray(n, dtype=float), 2)  # noqa: E731
     assert birth_death_mean_number(2.0, rate, 100) == math.inf
     assert birth_death_mean_number(0.0, rate, 100) == 0.0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Closed loop: what an arriving task finds, its wait, and the call-time spread
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("population", [1, 2, 5])
+def test_arrival_queue_pmf_is_the_ctmc_marginal_with_one_task_fewer(population):
+    """Arrival theorem: a task arriving at a station of a product-form network with N tasks sees the stationary
+    distribution of the same network with N - 1 tasks. Oracle: the brute-force CTMC at N - 1."""
+    demands, fns, think = [1.0, 0.7], [servers(2), gpu_like_rate(1.0, 0.2, 3)], 1.5
+    stations = [Station(f"s{i}", d, f) for i, (d, f) in enumerate(zip(demands, fns))]
+    x_n = exact_mva(stations, think, population).throughput
+    found = arrival_queue_pmf(stations, think, population, x_n)
+    if population == 1:
+        want = np.ones((2, 1))  # alone in the loop: it finds nobody
+    else:
+        _, _, want = ctmc_closed_cycle(demands, fns, think, population - 1, marginals=True)
+    for k in range(2):
+        assert found[k] == pytest.approx(want[k], rel=1e-6, abs=1e-12), k
+
+
+def test_multiserver_wait_moments_hand_values():
+    # finds 2 tasks at a 2-server station with 4 s calls: waits for 1 completion at rate 2 / 4 -> exponential, mean 2 s
+    assert multiserver_wait_moments(np.array([0.0, 0.0, 1.0]), 2, 4.0) == pytest.approx((2.0, 8.0))
+    # finds 3: Erlang-2 at rate 1/2 -> mean 4, E[W^2] = k (k + 1) / rate^2 = 6 x 4 = 24
+    assert multiserver_wait_moments(np.array([0.0, 0.0, 0.0, 1.0]), 2, 4.0) == pytest.approx((4.0, 24.0))
+    # finds fewer than the servers: no wait
+    assert multiserver_wait_moments(np.array([0.5, 0.5]), 2, 4.0) == (0.0, 0.0)
+    # a mixture: half find 0, half find 2
+    assert multiserver_wait_moments(np.array([0.5, 0.0, 0.5]), 2, 4.0) == pytest.approx((1.0, 4.0))
+
+
+@pytest.mark.parametrize("c, population", [(1, 6), (2, 8), (3, 30)])
+def test_arrival_wait_mean_equals_mva_residence(c, population):
+    """Two routes to the mean wait at an exponential c-server station agree: (R - D) from the exact solution
+    (Little's law on the marginal at N) and the wait of an arriving task (the marginal at N - 1)."""
+    d, think = 2.0, 3.0
+    stations = [Station("tool", d, servers(c)), Station("other", 0.8, single)]
+    res = exact_mva(stations, think, population)
+    found = arrival_queue_pmf(stations, think, population, res.throughput)
+    m1, m2 = multiserver_wait_moments(found[0], c, d)
+    assert m1 == pytest.approx(float(res.residence_s[0]) - d, rel=1e-7, abs=1e-10)
+    assert m2 >= m1 * m1  # a variance is never negative
+
+
+def test_variability_station_at_scale_one_is_the_exponential_network():
+    plain = [Station("gpu", 1.0, gpu_like_rate(1.0, 0.2, 8)), Station("tool", 3.0, servers(4))]
+
+    def network(x_hat):
+        return [plain[0], variability_station("tool", 3.0, 4.0, 1.0, x_hat)]
+
+    fp = closed_loop_fixed_point(exact_mva, network, 2.0, 40)
+    assert fp.x_hat is None and fp.iterations == 0
+    assert fp.result.throughput == exact_mva(plain, 2.0, 40).throughput
+    assert closed_loop_scale(1.0) == 1.0
+
+
+@pytest.mark.parametrize("scale", [2.0, 8.0])
+@pytest.mark.parametrize("population", [5, 20, 60])
+def test_closed_loop_fixed_point_settles_and_costs_throughput(scale, population):
+    gpu = Station("gpu", 1.0, gpu_like_rate(1.0, 0.2, 8))
+
+    def network(s):
+        return lambda x_hat: [gpu, variability_station("tool", 3.0, 4.0, s, x_hat)]
+
+    exp_x = exact_mva(network(1.0)(None), 2.0, population).throughput
+    fp = closed_loop_fixed_point(exact_mva, network(scale), 2.0, population)
+    x = fp.result.throughput
+    # a fixed point: the stations were scaled at the throughput they give
+    assert fp.x_hat == pytest.approx(x, rel=1e-8)
+    assert exact_mva(network(scale)(x), 2.0, population).throughput == pytest.approx(x, rel=1e-8)
+    # more spread in the call times, more queueing at the same population: never more throughput
+    assert x <= exp_x * (1 + 1e-12)
+    if scale == 8.0:
+        lower = closed_loop_fixed_point(exact_mva, network(2.0), 2.0, population).result.throughput
+        assert x <= lower * (1 + 1e-12)
+    # Little's law over the loop
+    assert population == pytest.approx(x * (2.0 + float(fp.result.residence_s.sum())), rel=1e-6)
+
+
+def test_closed_loop_fixed_point_keeps_the_capacity():
+    """The spread slows the queue, not the servers: with many tasks the station still runs at c / D."""
+    gpu = Station("gpu", 1.0, gpu_like_rate(1.0, 0.2, 8))
+    fp = closed_loop_fixed_point(exact_mva, lambda x_hat: [gpu, variability_station("tool", 3.0, 4.0, 15.0, x_hat)],
+                                 2.0, 3000, queue_lengths=False)
+    assert fp.result.throughput == pytest.approx(4.0 / 3.0, rel=1e-2)
+    assert fp.result.throughput <= 4.0 / 3.0 * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("c", [1, 4])
+def test_variability_station_queue_is_scale_times_mmc_in_heavy_traffic(c):
+    """With Poisson arrivals at rho = 0.98 the station's mean queue is about `scale` times M/M/c's (Allen-Cunneen's
+    (1 + SCV) / 2 in heavy traffic, Kingman's limit), which is what the closed loop borrows."""
+    scale, rho, s = 4.0, 0.98, 1.0
+    lam = rho * c / s
+    st_ = variability_station("tool", s, float(c), scale, lam)
+    lq = birth_death_mean_number(lam, lambda n: st_.rate(n) / s, 20000) - lam * s
+    lq_mmc = mmc_mean_number_in_system(c, lam, 1.0 / s) - lam * s
+    assert lq / lq_mmc == pytest.approx(scale, rel=0.05)
