@@ -72,7 +72,10 @@ def exact_mva(stations: Sequence[Station], think_s: float, population: int, queu
         return total
 
     rates_at_n = [float(np.asarray(s.rate(np.array([float(n_max)])))[0]) / s.demand_s for s in stations if s.demand_s > 0]
-    x_tilt = min(rates_at_n + [n_max / think_s if think_s > 0 else math.inf])
+    # X(N) <= N / (Z + sum D): without it a network with many servers per station starts from a tilt far above its
+    # throughput, and (X / tilt)^N underflows to a zero normalizing constant (e.g. three 992-server stations, N=992)
+    cycle = think_s + sum(s.demand_s for s in stations)
+    x_tilt = min(rates_at_n + [n_max / cycle if cycle > 0 else math.inf])
     if not math.isfinite(x_tilt) or x_tilt <= 0:
         x_tilt = 1.0
     for _ in range(2):

@@ -261,7 +261,10 @@ def exact_mva(stations: Sequence[Station], think_s: float, population: int, queu
     hit = _cache_get(_mva_cache, key)
     if hit is not None:
         return hit
-    x_tilt = min(rates_at_n + [n_max / think_s if think_s > 0 else math.inf])
+    # X(N) <= N / (Z + sum D): without it a network with many servers per station starts from a tilt far above its
+    # throughput, and (X / tilt)^N underflows to a zero normalizing constant (e.g. three 992-server stations, N=992)
+    cycle = think_s + sum(s.demand_s for s in stations)
+    x_tilt = min(rates_at_n + [n_max / cycle if cycle > 0 else math.inf])
     if not math.isfinite(x_tilt) or x_tilt <= 0:
         x_tilt = 1.0
     xs_n = math.nan

@@ -244,3 +244,15 @@ def test_screening_rejects_bad_counts(cat):
         screen(menu, np.zeros((3, len(base.servers) + 1)))
     with pytest.raises(ValueError, match=">= 0"):
         screen(menu, -np.ones((1, len(base.servers))))
+
+
+def test_exact_mva_many_servers_no_underflow():
+    """Three stations of 992 servers each, N = 992: no task ever queues, X = N / (Z + sum D) = 248/s exactly. A tilt
+    from the stations' rates alone (992/s) made (X / tilt)^N underflow and both implementations answer inf or nan
+    (found by Hypothesis)."""
+    stations = [Station(f"c{i}", 1.0, _servers(992)) for i in range(3)]
+    clear_caches()
+    for impl in (exact_mva, ref.exact_mva):
+        res = impl(stations, 1.0, 992, True)
+        assert res.throughput == pytest.approx(248.0, rel=1e-9)
+        assert np.allclose(res.queue_length, 248.0, rtol=1e-9)
