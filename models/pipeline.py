@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from pydantic import Field
@@ -24,7 +24,7 @@ from pydantic import Field
 from models.assumptions import ModelAssumptions
 from models.base import Frozen, Unbounded
 from models.catalog import Catalog, UnknownId
-from models.config import SHARED_QUEUE, Configuration, Queue
+from models.config import SHARED_QUEUE, Configuration, OperatingPoint, Queue
 from models.distributions import lognormal_mixture_quantiles
 from models.hardware import Rack
 from models.performance import (GpuServing, cached_gpu_serving, call_mix, cpu_call_seconds, replica_domain,
@@ -46,7 +46,7 @@ from models.rack_physics import (FeedLoad, check_server_ports, feed_loads, plann
                                  rack_switch, switches_needed)
 from models.server import ServerProfile, server_profile
 from models.tco import ServerUse, Tco, tco
-from models.workload import CpuStage, GpuStage, IoStage, Workload
+from models.workload import CpuStage, GpuStage, IoStage, ServedModel, Workload
 from models.errors import InputError
 
 HOUR_S = 3600.0
@@ -377,6 +377,165 @@ def resolve_groups(
     return groups, servings
 
 
+@dataclass(frozen=True)
+class _GpuPool:
+    """The GPU serving pool: capacity per replica pool (SKU and domain), orchestration, and call routing."""
+
+    servings: dict[str, GpuServing]
+    served_model: ServedModel
+    has_llm: bool
+    gpu_compute: float
+    """GPU compute capacity, tasks/s."""
+    orch: float
+    """Orchestration capacity of the GPU servers, tasks/s."""
+    serving_cap: float
+    """Per server the smaller of GPU and orchestration capacity, summed, tasks/s."""
+    cap_by_sku: dict[str, float]
+    compute_by_sku: dict[str, float]
+    gpus_by_sku: dict[str, float]
+    replicas_by_sku: dict[str, int]
+    route: dict[str, float]
+    """Share of the LLM calls each replica pool serves (proportional to its serving capacity)."""
+    rate_key: tuple
+    """Equal keys <=> equal `rate` functions: lets the queueing solvers reuse a solved station (GpuServing
+    hashes)."""
+
+    def stage_latency(self, stage: GpuStage) -> float:
+        """Unloaded latency of one occurrence of an LLM stage, averaged over the routing."""
+        if not self.servings:
+            return 0.0
+        route, servings = self.route, self.servings
+        return sum(route[k] * stage_gpu_latency_s(stage, self.served_model, servings[k]) for k in route)
+
+    def rate(self, n: np.ndarray) -> np.ndarray:
+        """Service-rate multiplier of the pool with n calls present (for the queueing solvers)."""
+        total = np.zeros_like(np.asarray(n, dtype=float))
+        for sku, s in self.servings.items():
+            theta = self.cap_by_sku[sku] / self.compute_by_sku[sku] if self.compute_by_sku[sku] > 0 else 0.0
+            total = total + theta * s.pool_rate(np.asarray(n, dtype=float) * self.route[sku],
+                                                self.replicas_by_sku[sku])
+        return total
+
+
+@dataclass(frozen=True)
+class _QueuePools:
+    """Per tool queue: cores, reference-core capacity, sandbox memory, disk and I/O bandwidth, per-core speed."""
+
+    cores: dict[str, float]
+    cap: dict[str, float]
+    mem: dict[str, float]
+    disk: dict[str, float]
+    io: dict[str, float]
+    perf: dict[str, float]
+
+
+@dataclass(frozen=True)
+class _Demands:
+    """Per class the unloaded task time; per queue the share-weighted demands one task of the mix puts on it."""
+
+    unloaded: dict[str, float]
+    cpu_work: dict[str, float]
+    """Reference core-seconds per task."""
+    cpu_calls: dict[str, float]
+    """Tool calls per task."""
+    cpu_call_time: dict[str, float]
+    """Call-seconds per task (for the mean call time)."""
+    cpu_hold: dict[str, float]
+    """Core-seconds of wall time held."""
+    cpu_call_m2: dict[str, float]
+    """Second moment of call time (share-weighted sum)."""
+    mem: dict[str, float]
+    """Sandbox GB-seconds per task."""
+    disk: dict[str, float]
+    """Sandbox disk GB-seconds per task."""
+    io_mb: dict[str, float]
+    """MB of sandbox I/O per task."""
+    io_calls: dict[str, float]
+    """I/O stage occurrences per task."""
+    io_time: dict[str, float]
+    """Unloaded I/O seconds per task."""
+    io_m2: dict[str, float]
+    """Second moment of one I/O occurrence's time (share-weighted sum)."""
+
+
+@dataclass(frozen=True)
+class _Slots:
+    """Per queue: tool slots, mean call time and Allen-Cunneen scale; I/O streams, mean I/O time and scale."""
+
+    servers: dict[str, int]
+    mean_call: dict[str, float]
+    wait_scale: dict[str, float]
+    io_streams: dict[str, int]
+    io_mean_call: dict[str, float]
+    io_wait_scale: dict[str, float]
+
+
+@dataclass(frozen=True)
+class _Bottleneck:
+    """The binding bound, the sustainable throughput, the next bound and the stage loading the bottleneck most."""
+
+    binding: Bound
+    x_star: float
+    """Sustainable throughput, tasks/s."""
+    next_b: Bound | None
+    relief: float | None
+    stage: str | None
+
+
+@dataclass(frozen=True)
+class _Idle:
+    """Unloaded time per task of the mix by resource, and the GPU idle fractions at sustainable throughput."""
+
+    mix_time: dict[str, float]
+    gpu_idle: float
+    gpu_idle_cpu: float
+
+
+@dataclass(frozen=True)
+class _GpuCalls:
+    """LLM calls per task of the mix and their mean unloaded latency."""
+
+    calls_per_task: float
+    mean_l0: float
+
+
+@dataclass(frozen=True)
+class _Waits:
+    """At the operating point: GPU batching stretch, per-queue waits (mean, second moment) and stability."""
+
+    gpu_stretch: float
+    qwait: dict[str, float]
+    qwait2: dict[str, float]
+    iowait: dict[str, float]
+    iowait2: dict[str, float]
+    stable: bool
+
+
+@dataclass(frozen=True)
+class _Operating:
+    """The operating point: arrival rate (tasks/s), its label, the closed loop and the waits there."""
+
+    lam: float
+    label: str
+    closed: ClosedLoop | None
+    waits: _Waits
+
+
+@dataclass(frozen=True)
+class _TaskTimes:
+    """Stage times and shares, per-class task-time moments and the task-time quantiles at the operating point."""
+
+    stage_times: list[StageTime]
+    means: list[float]
+    mix_mean: float
+    stage_shares: dict[str, float]
+    resource_shares: dict[str, float]
+    p50: float | None
+    p95: float | None
+    p99: float | None
+    slo_met: bool | None
+
+
 def evaluate(
     config: Configuration,
     workload: Workload,
@@ -384,13 +543,60 @@ def evaluate(
     catalog: Catalog,
     assumptions: ModelAssumptions | None = None,
 ) -> Evaluation:
+    """The closed-form model of `config` running `workload` in racks of profile `rack`: bounds, bottleneck,
+    latencies at the operating point, rack budgets and TCO. Each step below is a module-level function; warnings
+    are appended in the order the steps run."""
     a = assumptions or ModelAssumptions()
     warnings: list[str] = []
     queues = _queues(config, workload)
     groups, servings = resolve_groups(config, workload, catalog, a, rack)
     class_queue = {c: q.name for q in queues for c in q.classes}
+    gpu = _gpu_pool(groups, servings, workload)
+    _gpu_warnings(gpu, groups, workload, warnings)
+    pools = _queue_pools(groups, queues)
+    dem = _demands(workload, class_queue, gpu, pools, a.io_stream_mbps)
+    bounds, serving_name = _capacity_bounds(gpu, pools, dem, queues)
+    slots = _tool_slots(queues, pools, dem, workload, a, bounds, warnings)
+    bn = _bottleneck(bounds, serving_name, workload, class_queue, gpu, pools, a.io_stream_mbps)
+    idle = _gpu_idle(workload, class_queue, gpu, pools, a.io_stream_mbps, bn.x_star)
+    calls = _gpu_calls(workload, gpu)
+    closed, waits = _closed_loop(config.operating_point, workload, queues, class_queue, a, gpu, pools, dem, slots,
+                                 idle, calls, warnings)
+    opp = _operating_point(config.operating_point, workload, queues, a, gpu, dem, slots, bn, calls, closed, waits,
+                           warnings)
+    opp = _check_stable(opp, warnings)
+    _memory_binding_warning(bounds, bn.binding, opp, config.operating_point, warnings)
+    tt = _task_times(workload, class_queue, gpu, pools, dem, a, opp.waits)
+    util = _utilization(queues, workload, class_queue, gpu, pools, dem, tt, opp, warnings)
+    queue_figs = _queue_figures(queues, pools, dem, slots, util, opp.waits)
+    racks = _rack_budgets(groups, rack, config.racks, catalog, warnings)
+    serving_info = _serving_pools(gpu, workload)
+    lam, stable = opp.lam, opp.waits.stable
+    return Evaluation(
+        configuration=config.name, workload=workload.id, rack_profile=rack.id,
+        throughput_tasks_per_hour=bn.binding.tasks_per_hour, bottleneck=bn.binding.name,
+        bottleneck_kind=bn.binding.kind, bounds=bounds, bottleneck_stage=bn.stage,
+        next_bottleneck=bn.next_b.name if bn.next_b else None, relief_gain=bn.relief,
+        gpu_idle_fraction=idle.gpu_idle, gpu_idle_on_cpu_fraction=idle.gpu_idle_cpu,
+        operating_point=opp.label, arrival_rate_tasks_per_hour=lam * HOUR_S, utilization=util,
+        queues=queue_figs, stage_times=tt.stage_times,
+        stage_shares=tt.stage_shares, resource_shares=tt.resource_shares,
+        unloaded_task_seconds=sum(c.share * dem.unloaded[c.name] for c in workload.classes),
+        mean_task_seconds=tt.mix_mean if stable else None,
+        p50_task_seconds=tt.p50, p95_task_seconds=tt.p95, p99_task_seconds=tt.p99, slo_met=tt.slo_met,
+        closed_loop=opp.closed,
+        power_w=sum(r.power_w for r in racks), air_heat_w=sum(r.air_heat_w for r in racks),
+        liquid_heat_w=sum(r.liquid_heat_w for r in racks), space_u=sum(r.space_u for r in racks),
+        racks=racks, within_budgets=not any(r.exceeded for r in racks),
+        gpus=sum(g.count * g.profile.gpus for g in groups), cores=sum(g.count * g.profile.cores for g in groups),
+        serving=serving_info, warnings=warnings,
+        tco=configuration_tco(groups, queues, workload, rack, config.racks,
+                              min(lam * HOUR_S, bn.x_star * HOUR_S), a, sum(r.switch_power_w for r in racks)),
+    )
 
-    # --- GPU pool: capacity per SKU, orchestration limits per group, routing proportional to capacity.
+
+def _gpu_pool(groups: list[_Group], servings: dict[str, GpuServing], workload: Workload) -> _GpuPool:
+    """GPU pool capacity per SKU, orchestration limits per group, routing proportional to capacity."""
     gpu_compute = sum(g.count * g.profile.gpu_tasks_per_s for g in groups)
     orch = sum(g.count * g.profile.orchestration_tasks_per_s for g in groups if g.profile.gpus)
     serving_cap = sum(g.count * g.profile.serving_tasks_per_s for g in groups)
@@ -406,33 +612,41 @@ def evaluate(
             gpus_by_sku[g.profile.serving_key] += g.count * g.profile.gpus
             replicas_by_sku[g.profile.serving_key] += g.count * g.profile.replicas
     route = {k: (v / serving_cap if serving_cap > 0 else 1.0 / len(cap_by_sku)) for k, v in cap_by_sku.items()}
-    if has_llm:
-        for sku, s in servings.items():
-            idle = int(gpus_by_sku[sku]) - replicas_by_sku[sku] * s.replica_gpus
-            if not s.fits:
-                warnings.append(f"{sku}: hosts no replica, its {int(gpus_by_sku[sku])} GPUs serve nothing: {s.reason}")
-            elif idle > 0:
-                warnings.append(f"{sku}: {idle} of {int(gpus_by_sku[sku])} GPUs host no replica (replicas of "
-                                f"{s.replica_gpus} GPUs: TP {s.tp_degree} x PP {s.pp_degree}) and add no capacity")
-        for g in groups:
-            pr = g.profile
-            if pr.gpu is not None and pr.replicas and pr.orchestration_cores < pr.engine_min_cores - 1e-9:
-                warnings.append(
-                    f"servers[{g.index}]: {pr.orchestration_cores:g} host cores reserved for the serving engine, "
-                    f"below its floor of {pr.engine_min_cores:g} ({pr.replicas} replica(s) x "
-                    f"{servings[pr.serving_key].engine_cores_per_replica:g} cores: "
-                    f"{workload.served_model.engine_host_cores_per_replica:g} + "
-                    f"{workload.served_model.engine_host_cores_per_gpu:g} per GPU)")
-        if serving_cap <= 0 and gpus_by_sku and all(not s.fits for s in servings.values()):
-            warnings.append(f"no GPU in the configuration can host a replica of {workload.served_model.name}: "
-                            "the configuration serves nothing")
+    # equal keys <=> equal rate functions: lets the queueing solvers reuse a solved station (GpuServing hashes)
+    rate_key = ("gpu_rate", tuple(sorted((sku, s, cap_by_sku[sku], compute_by_sku[sku], route[sku], gpus_by_sku[sku])
+                                         for sku, s in servings.items())))
+    return _GpuPool(servings, workload.served_model, has_llm, gpu_compute, orch, serving_cap, cap_by_sku,
+                    compute_by_sku, gpus_by_sku, replicas_by_sku, route, rate_key)
 
-    def stage_latency(stage: GpuStage) -> float:
-        if not servings:
-            return 0.0
-        return sum(route[k] * stage_gpu_latency_s(stage, workload.served_model, servings[k]) for k in route)
 
-    # --- Tool queues.
+def _gpu_warnings(gpu: _GpuPool, groups: list[_Group], workload: Workload, warnings: list[str]) -> None:
+    """Warnings on GPUs hosting no replica and engines below their host-core floor (appended to `warnings`)."""
+    if not gpu.has_llm:
+        return
+    servings, gpus_by_sku, replicas_by_sku = gpu.servings, gpu.gpus_by_sku, gpu.replicas_by_sku
+    for sku, s in servings.items():
+        idle = int(gpus_by_sku[sku]) - replicas_by_sku[sku] * s.replica_gpus
+        if not s.fits:
+            warnings.append(f"{sku}: hosts no replica, its {int(gpus_by_sku[sku])} GPUs serve nothing: {s.reason}")
+        elif idle > 0:
+            warnings.append(f"{sku}: {idle} of {int(gpus_by_sku[sku])} GPUs host no replica (replicas of "
+                            f"{s.replica_gpus} GPUs: TP {s.tp_degree} x PP {s.pp_degree}) and add no capacity")
+    for g in groups:
+        pr = g.profile
+        if pr.gpu is not None and pr.replicas and pr.orchestration_cores < pr.engine_min_cores - 1e-9:
+            warnings.append(
+                f"servers[{g.index}]: {pr.orchestration_cores:g} host cores reserved for the serving engine, "
+                f"below its floor of {pr.engine_min_cores:g} ({pr.replicas} replica(s) x "
+                f"{servings[pr.serving_key].engine_cores_per_replica:g} cores: "
+                f"{workload.served_model.engine_host_cores_per_replica:g} + "
+                f"{workload.served_model.engine_host_cores_per_gpu:g} per GPU)")
+    if gpu.serving_cap <= 0 and gpus_by_sku and all(not s.fits for s in servings.values()):
+        warnings.append(f"no GPU in the configuration can host a replica of {workload.served_model.name}: "
+                        "the configuration serves nothing")
+
+
+def _queue_pools(groups: list[_Group], queues: list[Queue]) -> _QueuePools:
+    """Per tool queue: cores, capacity, sandbox memory, disk and I/O bandwidth the server groups give it."""
     qcores: dict[str, float] = defaultdict(float)
     qcap: dict[str, float] = defaultdict(float)
     qmem: dict[str, float] = defaultdict(float)
@@ -446,21 +660,25 @@ def evaluate(
             qdisk[qn] += g.count * c * g.profile.disk_per_core_gb
             qio[qn] += g.count * c * g.profile.io_mbps_per_core
     qperf = {q.name: (qcap[q.name] / qcores[q.name] if qcores[q.name] > 0 else 1.0) for q in queues}
+    return _QueuePools(qcores, qcap, qmem, qdisk, qio, qperf)
 
-    # Per class: unloaded time and demands.
+
+def _demands(workload: Workload, class_queue: dict[str, str], gpu: _GpuPool, pools: _QueuePools,
+             stream: float) -> _Demands:
+    """Per class the unloaded task time; per queue the tool, sandbox and I/O demands of one task of the mix."""
+    stage_latency, qperf = gpu.stage_latency, pools.perf
     unloaded: dict[str, float] = {}
-    cpu_work: dict[str, float] = defaultdict(float)  # reference core-seconds per task, by queue (share-weighted)
-    cpu_calls: dict[str, float] = defaultdict(float)  # tool calls per task, by queue (share-weighted)
-    cpu_call_time: dict[str, float] = defaultdict(float)  # call-seconds per task (share-weighted), for mean call time
-    cpu_hold: dict[str, float] = defaultdict(float)  # core-seconds of wall time held (share-weighted)
-    cpu_call_m2: dict[str, float] = defaultdict(float)  # second moment of call time (share-weighted sum)
-    mem_demand: dict[str, float] = defaultdict(float)  # GB-seconds per task (share-weighted)
-    disk_demand: dict[str, float] = defaultdict(float)  # disk GB-seconds per task (share-weighted)
-    io_mb: dict[str, float] = defaultdict(float)  # MB of sandbox I/O per task, by queue (share-weighted)
-    io_calls: dict[str, float] = defaultdict(float)  # I/O stage occurrences per task, by queue
-    io_time: dict[str, float] = defaultdict(float)  # unloaded I/O seconds per task, by queue
-    io_m2: dict[str, float] = defaultdict(float)  # second moment of one I/O occurrence's time (share-weighted sum)
-    stream = a.io_stream_mbps
+    cpu_work: dict[str, float] = defaultdict(float)
+    cpu_calls: dict[str, float] = defaultdict(float)
+    cpu_call_time: dict[str, float] = defaultdict(float)
+    cpu_hold: dict[str, float] = defaultdict(float)
+    cpu_call_m2: dict[str, float] = defaultdict(float)
+    mem_demand: dict[str, float] = defaultdict(float)
+    disk_demand: dict[str, float] = defaultdict(float)
+    io_mb: dict[str, float] = defaultdict(float)
+    io_calls: dict[str, float] = defaultdict(float)
+    io_time: dict[str, float] = defaultdict(float)
+    io_m2: dict[str, float] = defaultdict(float)
     for c in workload.classes:
         qn = class_queue.get(c.name)
         t = 0.0
@@ -488,10 +706,18 @@ def evaluate(
         if qn is not None:
             mem_demand[qn] += c.share * t * c.sandbox_memory_gb
             disk_demand[qn] += c.share * t * c.sandbox_disk_gb
+    return _Demands(unloaded, cpu_work, cpu_calls, cpu_call_time, cpu_hold, cpu_call_m2, mem_demand, disk_demand,
+                    io_mb, io_calls, io_time, io_m2)
 
+
+def _capacity_bounds(gpu: _GpuPool, pools: _QueuePools, dem: _Demands,
+                     queues: list[Queue]) -> tuple[list[Bound], str | None]:
+    """The GPU, orchestration and per-queue cpu, memory, disk and io bounds, and the name standing for serving."""
     bounds: list[Bound] = []
     serving_name = None
-    if has_llm:
+    if gpu.has_llm:
+        serving_cap, gpu_compute, orch = gpu.serving_cap, gpu.gpu_compute, gpu.orch
+        compute_by_sku, replicas_by_sku = gpu.compute_by_sku, gpu.replicas_by_sku
         if serving_cap >= gpu_compute * (1 - LABEL_TOLERANCE):
             serving_name = "gpu"
         elif serving_cap >= orch * (1 - LABEL_TOLERANCE):
@@ -500,8 +726,9 @@ def evaluate(
             serving_name = "gpu+orchestration"
         bounds.append(Bound(
             name="gpu", kind="gpu", tasks_per_hour=gpu_compute * HOUR_S,
-            detail=(f"{int(sum(gpus_by_sku.values()))} GPUs, {sum(replicas_by_sku.values())} replicas; " + ", ".join(
-                f"{k}: {replicas_by_sku[k]} x {servings[k].replica_gpus} GPUs, {compute_by_sku[k] * HOUR_S:,.0f} "
+            detail=(f"{int(sum(gpu.gpus_by_sku.values()))} GPUs, {sum(replicas_by_sku.values())} replicas; " +
+                    ", ".join(
+                f"{k}: {replicas_by_sku[k]} x {gpu.servings[k].replica_gpus} GPUs, {compute_by_sku[k] * HOUR_S:,.0f} "
                 "tasks/h" for k in compute_by_sku))
             if compute_by_sku else "no GPUs in the configuration",
         ))
@@ -514,6 +741,8 @@ def evaluate(
                 name=serving_name, kind="gpu", tasks_per_hour=serving_cap * HOUR_S,
                 detail="per server the smaller of GPU and orchestration capacity, summed",
             ))
+    qcores, qcap, qmem, qdisk, qio, qperf = pools.cores, pools.cap, pools.mem, pools.disk, pools.io, pools.perf
+    cpu_work, mem_demand, disk_demand, io_mb = dem.cpu_work, dem.mem, dem.disk, dem.io_mb
     for q in queues:
         if cpu_work[q.name] > 0:
             bounds.append(Bound(
@@ -539,7 +768,15 @@ def evaluate(
                 detail=f"{qio[q.name]:,.0f} MB/s of local NVMe bandwidth / {io_mb[q.name]:,.0f} MB of sandbox I/O "
                 "per task",
             ))
-    slo = workload.slo
+    return bounds, serving_name
+
+
+def _tool_slots(queues: list[Queue], pools: _QueuePools, dem: _Demands, workload: Workload, a: ModelAssumptions,
+                bounds: list[Bound], warnings: list[str]) -> _Slots:
+    """Tool slots, mean call times and variability scales per queue (appending the tail-wait bounds and the
+    call-time spread warnings), and the I/O streams of each queue."""
+    qcores, qio = pools.cores, pools.io
+    cpu_calls, cpu_hold, cpu_call_time, cpu_call_m2 = dem.cpu_calls, dem.cpu_hold, dem.cpu_call_time, dem.cpu_call_m2
     qservers: dict[str, int] = {}
     qmean_call: dict[str, float] = {}
     qwait_scale: dict[str, float] = {}
@@ -568,6 +805,8 @@ def evaluate(
                 f"{target:g} s up to {lam:,.1f} calls/s",
             ))
     # I/O station: streams of io_stream_mbps each, M/M/c waits scaled for call-time variability like a tool queue.
+    stream = a.io_stream_mbps
+    io_calls, io_time, io_m2 = dem.io_calls, dem.io_time, dem.io_m2
     io_streams: dict[str, int] = {}
     io_mean_call: dict[str, float] = {}
     io_wait_scale: dict[str, float] = {}
@@ -578,6 +817,13 @@ def evaluate(
         io_mean_call[q.name] = io_time[q.name] / io_calls[q.name]
         scv = max(0.0, (io_m2[q.name] / io_calls[q.name]) / io_mean_call[q.name] ** 2 - 1.0)
         io_wait_scale[q.name] = (1.0 + scv) / 2.0
+    return _Slots(qservers, qmean_call, qwait_scale, io_streams, io_mean_call, io_wait_scale)
+
+
+def _bottleneck(bounds: list[Bound], serving_name: str | None, workload: Workload, class_queue: dict[str, str],
+                gpu: _GpuPool, pools: _QueuePools, stream: float) -> _Bottleneck:
+    """The sustainable throughput (smallest effective bound), the next bound, the relief gain and the stage that
+    loads the bottleneck most."""
     # gpu and orchestration combine per server; the pair's binding one stands for the serving pool.
     effective = [b for b in bounds if b.kind in ("cpu", "memory", "disk", "io", "slo") or b.name == serving_name]
     if not effective:
@@ -587,6 +833,7 @@ def evaluate(
     rest = sorted((b for b in effective if b is not binding), key=lambda b: b.tasks_per_hour)
     next_b = rest[0] if rest else None
     relief = (next_b.tasks_per_hour / binding.tasks_per_hour - 1.0) if next_b and binding.tasks_per_hour > 0 else None
+    stage_latency, qperf = gpu.stage_latency, pools.perf
     stage_load: dict[str, float] = {}
     for c in workload.classes:
         for st in c.stages:
@@ -606,8 +853,13 @@ def evaluate(
                     class_queue.get(c.name) == binding.name.split(":", 1)[1]:
                 stage_load[key] = c.share * st.count * st.io_mb
     bottleneck_stage = max(stage_load, key=stage_load.get) if stage_load else None
+    return _Bottleneck(binding, x_star, next_b, relief, bottleneck_stage)
 
-    # --- GPU idle at sustainable throughput, attributed by the non-GPU part of the unloaded task.
+
+def _gpu_idle(workload: Workload, class_queue: dict[str, str], gpu: _GpuPool, pools: _QueuePools, stream: float,
+              x_star: float) -> _Idle:
+    """GPU idle at sustainable throughput, attributed by the non-GPU part of the unloaded task."""
+    stage_latency, qperf = gpu.stage_latency, pools.perf
     mix_time = {"gpu": 0.0, "cpu": 0.0, "io": 0.0, "delay": 0.0}
     for c in workload.classes:
         for s in c.stages:
@@ -619,27 +871,36 @@ def evaluate(
                 mix_time["io"] += c.share * s.count * s.io_mb / stream
             else:
                 mix_time["delay"] += c.share * s.count * s.seconds
+    has_llm, serving_cap = gpu.has_llm, gpu.serving_cap
     gpu_idle = max(0.0, 1.0 - x_star / serving_cap) if serving_cap > 0 and has_llm else (1.0 if has_llm else 0.0)
     non_gpu = mix_time["cpu"] + mix_time["io"] + mix_time["delay"]
     gpu_idle_cpu = gpu_idle * (mix_time["cpu"] / non_gpu) if non_gpu > 0 else 0.0
+    return _Idle(mix_time, gpu_idle, gpu_idle_cpu)
 
-    # --- Operating point.
-    op = config.operating_point
+
+def _gpu_calls(workload: Workload, gpu: _GpuPool) -> _GpuCalls:
+    """LLM calls per task of the mix and their mean unloaded latency L0."""
+    stage_latency = gpu.stage_latency
     calls_per_task = sum(c.share * s.count for c in workload.classes for s in c.stages if isinstance(s, GpuStage))
     mean_l0 = (sum(c.share * s.count * stage_latency(s) for c in workload.classes for s in c.stages
                    if isinstance(s, GpuStage)) / calls_per_task) if calls_per_task else 0.0
+    return _GpuCalls(calls_per_task, mean_l0)
 
-    def gpu_rate(n: np.ndarray) -> np.ndarray:
-        total = np.zeros_like(np.asarray(n, dtype=float))
-        for sku, s in servings.items():
-            theta = cap_by_sku[sku] / compute_by_sku[sku] if compute_by_sku[sku] > 0 else 0.0
-            total = total + theta * s.pool_rate(np.asarray(n, dtype=float) * route[sku], replicas_by_sku[sku])
-        return total
 
-    # equal keys <=> equal gpu_rate functions: lets the queueing solvers reuse a solved station (GpuServing hashes)
-    gpu_rate_key = ("gpu_rate", tuple(sorted((sku, s, cap_by_sku[sku], compute_by_sku[sku], route[sku], gpus_by_sku[sku])
-                                             for sku, s in servings.items())))
-
+def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], class_queue: dict[str, str],
+                 a: ModelAssumptions, gpu: _GpuPool, pools: _QueuePools, dem: _Demands, slots: _Slots, idle: _Idle,
+                 calls: _GpuCalls, warnings: list[str]) -> tuple[ClosedLoop | None, _Waits]:
+    """The closed loop of N agents (given, else the population sandbox memory and disk allow) and, with agents
+    given, the waits and GPU stretch it implies."""
+    qmem, qdisk = pools.mem, pools.disk
+    cpu_calls, cpu_call_time, io_calls, io_time = dem.cpu_calls, dem.cpu_call_time, dem.io_calls, dem.io_time
+    qservers, qwait_scale, io_streams, io_wait_scale = slots.servers, slots.wait_scale, slots.io_streams, \
+        slots.io_wait_scale
+    has_llm, serving_cap = gpu.has_llm, gpu.serving_cap
+    calls_per_task, mean_l0 = calls.calls_per_task, calls.mean_l0
+    gpu_rate = gpu.rate
+    gpu_rate_key = gpu.rate_key
+    mix_time = idle.mix_time
     closed: ClosedLoop | None = None
     gpu_stretch = 1.0
     qwait: dict[str, float] = {}
@@ -648,8 +909,8 @@ def evaluate(
     iowait2: dict[str, float] = {}
     stable = True
     # Closed loop: agents given, else the population sandbox memory allows.
-    mem_per_agent = {q.name: sum(c.share * c.sandbox_memory_gb for c in workload.classes if class_queue.get(c.name) == q.name)
-                     for q in queues}
+    mem_per_agent = {q.name: sum(c.share * c.sandbox_memory_gb for c in workload.classes
+                                 if class_queue.get(c.name) == q.name) for q in queues}
     disk_per_agent = {q.name: sum(c.share * c.sandbox_disk_gb for c in workload.classes
                                   if class_queue.get(c.name) == q.name) for q in queues}
     n_mem = min((qmem[q] / m for q, m in mem_per_agent.items() if m > 0), default=math.inf)
@@ -720,13 +981,13 @@ def evaluate(
                         continue
                     qn = st.name.split(":", 1)[1]
                     if st.name.startswith("io:"):
-                        calls, servers = io_calls[qn], float(io_streams[qn])
+                        calls_v, servers = io_calls[qn], float(io_streams[qn])
                     else:
-                        calls, servers = cpu_calls[qn], float(qservers[qn])
-                    w = max(0.0, (r_i - st.demand_s) / calls)
+                        calls_v, servers = cpu_calls[qn], float(qservers[qn])
+                    w = max(0.0, (r_i - st.demand_s) / calls_v)
                     w2 = 2 * w * w  # exponential, if the marginal underflows
                     if found[i] is not None:
-                        m1, m2 = multiserver_wait_moments(found[i], servers, st.demand_s / calls)
+                        m1, m2 = multiserver_wait_moments(found[i], servers, st.demand_s / calls_v)
                         if m1 > 0 and abs(w - m1) <= WAIT_AGREEMENT * max(w, m1):
                             w2 = m2 * (w / m1) ** 2
                         else:  # a wait that is cancellation noise in (R - D) / v: the arrival theorem's moment
@@ -735,49 +996,75 @@ def evaluate(
                         iowait[qn], iowait2[qn] = w, w2
                     else:
                         qwait[qn], qwait2[qn] = w, w2
+    return closed, _Waits(gpu_stretch, qwait, qwait2, iowait, iowait2, stable)
 
+
+def _operating_point(op: OperatingPoint, workload: Workload, queues: list[Queue], a: ModelAssumptions, gpu: _GpuPool,
+                     dem: _Demands, slots: _Slots, bn: _Bottleneck, calls: _GpuCalls, closed: ClosedLoop | None,
+                     waits: _Waits, warnings: list[str]) -> _Operating:
+    """The arrival rate at the operating point and, for open arrivals, the GPU stretch (birth-death station) and
+    the M/M/c tool and I/O waits there."""
     if op.agents is not None and closed is not None:
         lam = closed.throughput_tasks_per_hour / HOUR_S
         op_label = f"closed loop of {closed.agents} agents"
+        return _Operating(lam, op_label, closed, waits)
+    x_star = bn.x_star
+    stable, gpu_stretch = waits.stable, waits.gpu_stretch
+    qwait, qwait2, iowait, iowait2 = waits.qwait, waits.qwait2, waits.iowait, waits.iowait2
+    if op.arrival_rate_per_hour is not None:
+        lam = op.arrival_rate_per_hour / HOUR_S
+        op_label = f"open arrivals at {op.arrival_rate_per_hour:,.0f} tasks/h"
     else:
-        if op.arrival_rate_per_hour is not None:
-            lam = op.arrival_rate_per_hour / HOUR_S
-            op_label = f"open arrivals at {op.arrival_rate_per_hour:,.0f} tasks/h"
-        else:
-            frac = op.load_fraction or workload.planned_load(a.operating_load_fraction)
-            lam = frac * x_star
-            op_label = f"open arrivals at {frac:.0%} of sustainable throughput"
-        if lam >= x_star * (1 + 1e-12) and lam > 0:
-            stable = False
-            warnings.append("operating point is at or above sustainable throughput: queues grow without bound")
-        if has_llm and lam > 0 and stable and mean_l0 > 0:
-            nbar = birth_death_mean_number(lam * calls_per_task, gpu_rate, a.gpu_birth_death_states, gpu_rate_key)
-            gpu_stretch = (nbar / (lam * calls_per_task)) / mean_l0 if math.isfinite(nbar) else math.inf
-        for q in queues:
-            if cpu_calls[q.name] > 0:
-                lam_c = lam * cpu_calls[q.name]
-                f = qwait_scale[q.name]
-                qwait[q.name] = f * mmc_mean_wait(qservers[q.name], lam_c, qmean_call[q.name]) if lam > 0 else 0.0
-                qwait2[q.name] = f * f * mmc_wait_second_moment(qservers[q.name], lam_c, qmean_call[q.name]) \
-                    if lam > 0 else 0.0
-            if io_calls[q.name] > 0:
-                lam_c = lam * io_calls[q.name]
-                f = io_wait_scale[q.name]
-                iowait[q.name] = f * mmc_mean_wait(io_streams[q.name], lam_c, io_mean_call[q.name]) \
-                    if lam > 0 else 0.0
-                iowait2[q.name] = f * f * mmc_wait_second_moment(io_streams[q.name], lam_c, io_mean_call[q.name]) \
-                    if lam > 0 else 0.0
-    if not math.isfinite(gpu_stretch) or any(not math.isfinite(w) for w in [*qwait.values(), *iowait.values()]):
+        frac = op.load_fraction or workload.planned_load(a.operating_load_fraction)
+        lam = frac * x_star
+        op_label = f"open arrivals at {frac:.0%} of sustainable throughput"
+    if lam >= x_star * (1 + 1e-12) and lam > 0:
         stable = False
-        if not any("unstable" in w for w in warnings):
+        warnings.append("operating point is at or above sustainable throughput: queues grow without bound")
+    calls_per_task, mean_l0 = calls.calls_per_task, calls.mean_l0
+    if gpu.has_llm and lam > 0 and stable and mean_l0 > 0:
+        nbar = birth_death_mean_number(lam * calls_per_task, gpu.rate, a.gpu_birth_death_states, gpu.rate_key)
+        gpu_stretch = (nbar / (lam * calls_per_task)) / mean_l0 if math.isfinite(nbar) else math.inf
+    cpu_calls, io_calls = dem.cpu_calls, dem.io_calls
+    qservers, qmean_call, qwait_scale = slots.servers, slots.mean_call, slots.wait_scale
+    io_streams, io_mean_call, io_wait_scale = slots.io_streams, slots.io_mean_call, slots.io_wait_scale
+    for q in queues:
+        if cpu_calls[q.name] > 0:
+            lam_c = lam * cpu_calls[q.name]
+            f = qwait_scale[q.name]
+            qwait[q.name] = f * mmc_mean_wait(qservers[q.name], lam_c, qmean_call[q.name]) if lam > 0 else 0.0
+            qwait2[q.name] = f * f * mmc_wait_second_moment(qservers[q.name], lam_c, qmean_call[q.name]) \
+                if lam > 0 else 0.0
+        if io_calls[q.name] > 0:
+            lam_c = lam * io_calls[q.name]
+            f = io_wait_scale[q.name]
+            iowait[q.name] = f * mmc_mean_wait(io_streams[q.name], lam_c, io_mean_call[q.name]) \
+                if lam > 0 else 0.0
+            iowait2[q.name] = f * f * mmc_wait_second_moment(io_streams[q.name], lam_c, io_mean_call[q.name]) \
+                if lam > 0 else 0.0
+    return _Operating(lam, op_label, closed, _Waits(gpu_stretch, qwait, qwait2, iowait, iowait2, stable))
+
+
+def _check_stable(opp: _Operating, warnings: list[str]) -> _Operating:
+    """The operating point marked unstable (with a warning, once) when a GPU stretch or a wait is not finite."""
+    w = opp.waits
+    if not math.isfinite(w.gpu_stretch) or any(not math.isfinite(x) for x in [*w.qwait.values(), *w.iowait.values()]):
+        if not any("unstable" in m for m in warnings):
             warnings.append("a pool is unstable at the operating point (whole-server rounding of a tool queue can "
                             "leave it below the fluid bound): latencies are not finite")
+        return replace(opp, waits=replace(w, stable=False))
+    return opp
 
+
+def _memory_binding_warning(bounds: list[Bound], binding: Bound, opp: _Operating, op: OperatingPoint,
+                            warnings: list[str]) -> None:
+    """Warning when a sandbox-memory bound binds or nearly binds (appended to `warnings`)."""
     if binding.kind == "memory" or any(
             b.kind == "memory" and b.tasks_per_hour <= binding.tasks_per_hour * (1 + MEMORY_NEAR_BINDING)
             for b in bounds):
         # The memory bound holds sandboxes for the unloaded task time; at load tasks wait and hold them longer, so
         # in simulation the sustained figure is lower (docs/validation.md). Always said, whatever the load.
+        closed = opp.closed
         mem_b = min((b for b in bounds if b.kind == "memory"), key=lambda b: b.tasks_per_hour)
         extra = ""
         if closed is not None and op.agents is None and closed.throughput_tasks_per_hour > 0:
@@ -789,7 +1076,13 @@ def evaluate(
                         f"and at load tasks wait and hold them longer, so less is sustained{extra} "
                         "(see docs/validation.md)")
 
-    # --- Stage times, shares, task-time distribution.
+
+def _task_times(workload: Workload, class_queue: dict[str, str], gpu: _GpuPool, pools: _QueuePools, dem: _Demands,
+                a: ModelAssumptions, waits: _Waits) -> _TaskTimes:
+    """Stage times and shares, resource shares and the task-time distribution's quantiles at the operating point."""
+    stage_latency, qperf, stream = gpu.stage_latency, pools.perf, a.io_stream_mbps
+    gpu_stretch, stable = waits.gpu_stretch, waits.stable
+    qwait, qwait2, iowait, iowait2 = waits.qwait, waits.qwait2, waits.iowait, waits.iowait2
     stage_times: list[StageTime] = []
     means, variances = [], []
     for c in workload.classes:
@@ -829,7 +1122,7 @@ def evaluate(
                    for st in stage_times] if mix_mean > 0 else stage_times
     stage_shares: dict[str, float] = {}
     resource_shares: dict[str, float] = {"gpu": 0.0, "cpu": 0.0, "cpu_wait": 0.0, "delay": 0.0}
-    if any(io_calls.values()):
+    if any(dem.io_calls.values()):
         resource_shares.update(io=0.0, io_wait=0.0)
     for st in stage_times:
         key = f"{st.task_class}/{st.stage}"
@@ -846,12 +1139,22 @@ def evaluate(
     else:
         p50 = p95 = p99 = None
     slo_met = None
+    slo = workload.slo
     if slo and slo.p95_task_seconds:
         slo_met = p95 is not None and p95 <= slo.p95_task_seconds
+    return _TaskTimes(stage_times, means, mix_mean, stage_shares, resource_shares, p50, p95, p99, slo_met)
 
-    # --- Utilization at the operating point.
+
+def _utilization(queues: list[Queue], workload: Workload, class_queue: dict[str, str], gpu: _GpuPool,
+                 pools: _QueuePools, dem: _Demands, tt: _TaskTimes, opp: _Operating,
+                 warnings: list[str]) -> dict[str, float]:
+    """Utilization per pool at the operating point, with warnings where live sandboxes would not fit."""
+    lam, stable, means, unloaded = opp.lam, opp.waits.stable, tt.means, dem.unloaded
+    qcap, qmem, qdisk, qio = pools.cap, pools.mem, pools.disk, pools.io
+    cpu_work, mem_demand, disk_demand, io_mb = dem.cpu_work, dem.mem, dem.disk, dem.io_mb
     util: dict[str, float] = {}
-    if has_llm:
+    if gpu.has_llm:
+        serving_cap = gpu.serving_cap
         util["gpu"] = lam / serving_cap if serving_cap > 0 else (math.inf if lam > 0 else 0.0)
     for q in queues:
         if cpu_work[q.name] > 0:
@@ -882,20 +1185,32 @@ def evaluate(
         if io_mb[q.name] > 0:
             util[f"io:{q.name}"] = lam * io_mb[q.name] / qio[q.name] if qio[q.name] > 0 else \
                 (math.inf if lam > 0 else 0.0)
-    queue_figs = [QueueFigures(
+    return util
+
+
+def _queue_figures(queues: list[Queue], pools: _QueuePools, dem: _Demands, slots: _Slots, util: dict[str, float],
+                   waits: _Waits) -> list[QueueFigures]:
+    """Per tool queue: cores, slots, call times, utilization and waits at the operating point."""
+    qcores, qperf, qmem, qdisk, qio = pools.cores, pools.perf, pools.mem, pools.disk, pools.io
+    cpu_hold, cpu_call_time = dem.cpu_hold, dem.cpu_call_time
+    qwait, iowait, stable = waits.qwait, waits.iowait, waits.stable
+    return [QueueFigures(
         name=q.name, classes=list(q.classes), cores=qcores[q.name], per_core_perf=qperf[q.name],
-        servers=qservers.get(q.name, 0), mean_call_s=qmean_call.get(q.name, 0.0),
+        servers=slots.servers.get(q.name, 0), mean_call_s=slots.mean_call.get(q.name, 0.0),
         mean_parallelism=(cpu_hold[q.name] / cpu_call_time[q.name]) if cpu_call_time[q.name] > 0 else 1.0,
-        wait_scale=qwait_scale.get(q.name, 1.0),
+        wait_scale=slots.wait_scale.get(q.name, 1.0),
         utilization=util.get(f"cpu:{q.name}", 0.0),
         wait_mean_s=(qwait.get(q.name, 0.0) if stable else None), sandbox_memory_gb=qmem[q.name],
-        sandbox_disk_gb=qdisk[q.name], io_mbps=qio[q.name], io_streams=io_streams.get(q.name, 0),
-        io_mean_call_s=io_mean_call.get(q.name, 0.0), io_utilization=util.get(f"io:{q.name}", 0.0),
+        sandbox_disk_gb=qdisk[q.name], io_mbps=qio[q.name], io_streams=slots.io_streams.get(q.name, 0),
+        io_mean_call_s=slots.io_mean_call.get(q.name, 0.0), io_utilization=util.get(f"io:{q.name}", 0.0),
         io_wait_mean_s=(iowait.get(q.name, 0.0) if stable else None),
     ) for q in queues]
 
-    # --- Racks.
-    racks = rack_usage(groups, rack, config.racks, rack_switch(rack, catalog))
+
+def _rack_budgets(groups: list[_Group], rack: Rack, n_racks: int, catalog: Catalog,
+                  warnings: list[str]) -> list[RackUsage]:
+    """Power, heat, space and weight per rack against its budgets, with the exceeded budgets and PSU warnings."""
+    racks = rack_usage(groups, rack, n_racks, rack_switch(rack, catalog))
     for ru in racks:
         for e in ru.exceeded:
             warnings.append(f"rack {ru.rack} exceeds {e}")
@@ -903,8 +1218,13 @@ def evaluate(
         psu = psu_warning(g.profile.chassis, g.profile.power_w, rack)
         if psu and psu not in warnings:
             warnings.append(psu)
+    return racks
 
-    serving_info = [
+
+def _serving_pools(gpu: _GpuPool, workload: Workload) -> list[ServingPool]:
+    """One entry per replica pool: replica shape, whole replicas, GPUs used and idle, HBM, KV cache and batch."""
+    replicas_by_sku, gpus_by_sku = gpu.replicas_by_sku, gpu.gpus_by_sku
+    return [
         ServingPool(
             key=sku, gpu=s.gpu_id, domain_gpus=s.domain_gpus, replicas=replicas_by_sku[sku], tp_degree=s.tp_degree,
             pp_degree=s.pp_degree, gpus_used=replicas_by_sku[sku] * s.replica_gpus,
@@ -916,27 +1236,8 @@ def evaluate(
             prefill_tokens_per_s=s.rates.prefill_tokens_per_s, decode_tokens_per_s=s.rates.decode_tokens_per_s,
             precision=workload.served_model.precision, calibrated=s.rates.calibrated, basis=s.rates.basis,
             reason=s.reason)
-        for sku, s in sorted(servings.items())
+        for sku, s in sorted(gpu.servings.items())
     ]
-    return Evaluation(
-        configuration=config.name, workload=workload.id, rack_profile=rack.id,
-        throughput_tasks_per_hour=binding.tasks_per_hour, bottleneck=binding.name, bottleneck_kind=binding.kind,
-        bounds=bounds, bottleneck_stage=bottleneck_stage, next_bottleneck=next_b.name if next_b else None,
-        relief_gain=relief, gpu_idle_fraction=gpu_idle, gpu_idle_on_cpu_fraction=gpu_idle_cpu,
-        operating_point=op_label, arrival_rate_tasks_per_hour=lam * HOUR_S, utilization=util,
-        queues=queue_figs, stage_times=stage_times, stage_shares=stage_shares, resource_shares=resource_shares,
-        unloaded_task_seconds=sum(c.share * unloaded[c.name] for c in workload.classes),
-        mean_task_seconds=mix_mean if stable else None,
-        p50_task_seconds=p50, p95_task_seconds=p95, p99_task_seconds=p99, slo_met=slo_met,
-        closed_loop=closed,
-        power_w=sum(r.power_w for r in racks), air_heat_w=sum(r.air_heat_w for r in racks),
-        liquid_heat_w=sum(r.liquid_heat_w for r in racks), space_u=sum(r.space_u for r in racks),
-        racks=racks, within_budgets=not any(r.exceeded for r in racks),
-        gpus=sum(g.count * g.profile.gpus for g in groups), cores=sum(g.count * g.profile.cores for g in groups),
-        serving=serving_info, warnings=warnings,
-        tco=configuration_tco(groups, queues, workload, rack, config.racks, min(lam * HOUR_S, x_star * HOUR_S), a,
-                              sum(r.switch_power_w for r in racks)),
-    )
 
 
 def rack_usage(groups: list[_Group], rack: Rack, n_racks: int, switch) -> list[RackUsage]:
