@@ -288,7 +288,7 @@ def test_compare_says_where_the_layout_belongs_and_why_hybrid_ties_b(runner):
     data = json.loads(r.stdout)
     fit, note = data["layout_fit"], data["hybrid_note"]
     assert fit["calls_for"] in ("a", "b") and 0 < fit["flip_tool_share"] < 1
-    assert note.startswith("Hybrid equals B") and "slo:shared" in note
+    assert note.startswith("Hybrid equals B") and "tool-wait target binds" in note and "slo:" not in note
     text = run(runner, "compare", "--workload", "swe-agent", "--rack", "legacy-air-15kw")
     flat = " ".join(text.stdout.split())
     assert " ".join(fit["sentence"].split()) in flat and " ".join(note.split()) in flat
