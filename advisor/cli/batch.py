@@ -91,144 +91,148 @@ def _with_catalog(path: Path, catalog: Path | None) -> list:
     return [s if s.catalog else s.model_copy(update={"catalog": str(catalog.resolve())}) for s in scen]
 
 
+def batch_cmd(
+    scenarios: Path = typer.Argument(..., help="SCENARIOS.yaml or .csv."),
+    out_dir: Path = typer.Option(..., "--out", "-o", help="Output folder (results.sqlite, CSV, JSON, HTML)."),
+    workers: Workers = None,
+    scheduler: Scheduler = None,
+    retry_errors: bool = typer.Option(False, "--retry-errors", help="Solve again scenarios recorded as errors.", metavar=""),
+    catalog: ScenarioCatalog = None,
+    strict: bool = typer.Option(False, "--strict", help="Exit 3 also when a row is solved but not optimal "
+                                                        "(infeasible, time limit).", metavar=""),
+    quiet: Quiet = False,
+) -> None:
+    """Solve every scenario x layout of a scenario file; reruns skip what is done.
+
+    Exit codes: 0 every row solved; 3 some row failed (status error; each is listed with its reason) or, with
+    --strict, is not optimal; 2 bad input (unreadable scenario file, output folder not writable or in use by
+    another run); 130 interrupted."""
+    from advisor.studies.batch import run_batch
+
+    with user_errors("scenario file"):
+        summary = run_batch(_with_catalog(scenarios, catalog), out_dir, workers=workers, scheduler=scheduler,
+                            progress=not quiet, retry_errors=retry_errors)
+    out.print(summary.line, highlight=False)
+    if summary.exports:
+        out.print("exports: " + ", ".join(str(p) for p in summary.exports.values()), highlight=False)
+    if summary.stats.interrupted:
+        err.print("interrupted: finished rows are saved; run the same command again to continue")
+        raise typer.Exit(130)
+    for sc, lay, reason in summary.failed:
+        err.print(f"failed: {sc} / {lay}: {reason}", highlight=False, markup=False, soft_wrap=True)
+    if strict:
+        for sc, lay, status in summary.not_optimal:
+            err.print(f"not optimal: {sc} / {lay}: {status}", highlight=False, markup=False, soft_wrap=True)
+    if summary.failed or (strict and summary.not_optimal):
+        n = len(summary.failed) + (len(summary.not_optimal) if strict else 0)
+        err.print(f"{n} of {summary.stats.rows} rows did not solve" + (" optimally" if strict else "")
+                  + "; exit 3", highlight=False)
+        raise typer.Exit(3)
+
+def sweep_cmd(
+    workload: Workload, rack: RackId,
+    vary: Annotated[list[str], typer.Option("--vary", help="PATH=LOW:HIGH:STEP or PATH=V1,V2 (once or twice).")],
+    out_dir: OutDir = None, racks: Racks = 1, catalog: CatalogDir = None, gpus: Gpus = None, cpus: Cpus = None,
+    layouts: Layouts = None, solver: Solver = "cbc", time_limit: TimeLimit = 60.0, reference_gpu: RefGpu = None,
+    sets: Sets = None, workers: Workers = None, scheduler: Scheduler = None, quiet: Quiet = False,
+) -> None:
+    """Throughput, power per task and capital per task/h of each layout over one or two parameters."""
+    from advisor.studies.whatif import parse_vary, sweep
+
+    with user_errors("sweep"):
+        base = _base(workload, rack, racks, catalog, gpus, cpus, layouts, solver, time_limit, reference_gpu,
+                     sets)
+        varies = [parse_vary(v) for v in vary]
+        res = _run(lambda runner: sweep(base, varies, runner), out_dir, workers, scheduler, quiet)
+    out.print(_table(*res.table(), title="sweep"))
+    if out_dir:
+        files = [res.write_csv(out_dir / "sweep.csv"), *res.write_chart(out_dir)]
+        out.print("wrote " + ", ".join(str(f) for f in files), highlight=False)
+
+def crossover_cmd(
+    workload: Workload, rack: RackId,
+    vary: Annotated[str, typer.Option("--vary", help="PATH=LOW:HIGH, e.g. workload.tool_share=0:0.9.")],
+    tol: Annotated[float, typer.Option("--tol", help="Report the crossover to within this.")] = 0.01,
+    scan: Annotated[int, typer.Option("--scan", min=1, help="Intervals of the first scan (finds several "
+                                                             "crossovers).")] = 4,
+    out_dir: OutDir = None, racks: Racks = 1, catalog: CatalogDir = None, gpus: Gpus = None, cpus: Cpus = None,
+    layouts: Layouts = None, solver: Solver = "cbc", time_limit: TimeLimit = 60.0, reference_gpu: RefGpu = None,
+    sets: Sets = None, workers: Workers = None, scheduler: Scheduler = None, quiet: Quiet = False,
+) -> None:
+    """The value of one parameter where the best layout changes (bisection)."""
+    from advisor.studies.whatif import crossover, parse_vary
+
+    with user_errors("crossover"):
+        base = _base(workload, rack, racks, catalog, gpus, cpus, layouts, solver, time_limit, reference_gpu,
+                     sets)
+        path, rng = parse_vary(vary, need_step=False)
+        if len(rng) != 2:
+            fail("--vary for crossover is PATH=a:b")
+        res = _run(lambda runner: crossover(base, path, float(rng[0]), float(rng[1]), runner, tol=tol, scan=scan),
+                   out_dir, workers, scheduler, quiet)
+    head = [path] + [f"{lay} tasks/h" for lay in base.layouts] + ["best"]
+    body = [[f"{x:.6g}"] + [("-" if t.get(lay) is None else f"{t[lay]:,.0f}") for lay in base.layouts]
+            + [w or "-"] for x, w, t in res.evaluated]
+    out.print(_table(head, body, title="values solved"))
+    for s in res.sentences():
+        out.print(s, highlight=False)
+
+def pareto_cmd(
+    workload: Workload, rack: RackId,
+    against: Annotated[Against, typer.Option("--against", help="cost (capital USD) or power.")] = Against.cost,
+    points: Annotated[int, typer.Option("--points", min=1, help="Throughput targets in the ladder.")] = 10,
+    out_dir: OutDir = None, racks: Racks = 1, catalog: CatalogDir = None, gpus: Gpus = None, cpus: Cpus = None,
+    layouts: Layouts = None, solver: Solver = "cbc", time_limit: TimeLimit = 60.0, sets: Sets = None,
+    workers: Workers = None, scheduler: Scheduler = None, quiet: Quiet = False,
+) -> None:
+    """Throughput against capital cost or power: the least cost for each throughput target (Pareto front)."""
+    from advisor.studies.whatif import pareto
+
+    with user_errors("pareto"):
+        base = _base(workload, rack, racks, catalog, gpus, cpus, layouts, solver, time_limit, None, sets)
+        res = _run(lambda runner: pareto(base, runner, against=against.value, points=points), out_dir, workers,
+                   scheduler, quiet)
+    out.print(_table(*res.table(), title=f"Pareto front: throughput against {against.value}"))
+    if res.failed:
+        err.print(f"{len(res.failed)} solve(s) gave no point, e.g. {res.failed[0][0]}: {res.failed[0][1]}",
+                  highlight=False)
+    if out_dir:
+        files = [res.write_csv(out_dir / "pareto.csv"), *res.write_chart(out_dir)]
+        out.print("wrote " + ", ".join(str(f) for f in files), highlight=False)
+
+def robustness_cmd(
+    scenarios: Path = typer.Argument(..., help="Scenario file with `samples:`."),
+    out_dir: OutDir = None, catalog: ScenarioCatalog = None,
+    workers: Workers = None, scheduler: Scheduler = None, quiet: Quiet = False,
+) -> None:
+    """Monte Carlo: how often each layout wins over sampled inputs, and the regret of choosing each."""
+    from advisor.studies.whatif import robustness, write_robustness
+
+    with user_errors("scenario file"):
+        scen = _with_catalog(scenarios, catalog)
+        if not any(s.sample is not None for s in scen):
+            err.print("note: the file has no `samples:`; every scenario counts as one draw", highlight=False)
+        res = _run(lambda runner: robustness(scen, runner), out_dir, workers, scheduler, quiet)
+    for r in res:
+        body = [[x.layout, str(x.wins), f"{x.win_share:.0%}", f"{x.top_share:.0%}", f"{x.mean_regret:.2%}", f"{x.p95_regret:.2%}",
+                 f"{x.max_regret:.2%}", f"{x.mean_throughput:,.0f}"] for x in r.layouts]
+        out.print(_table(["layout", "wins", "win share", "best or tied", "mean regret", "p95 regret", "max regret",
+                          "mean tasks/h"], body, title=f"{r.group}: {r.draws} draws"
+                         + (f" ({r.skipped} left out: a layout failed)" if r.skipped else "")))
+        out.print(r.sentence(), highlight=False)
+    if out_dir and res:
+        files = write_robustness(res, out_dir)
+        out.print("wrote " + ", ".join(str(f) for f in files), highlight=False)
+
+COMMANDS = (("batch", batch_cmd), ("sweep", sweep_cmd), ("crossover", crossover_cmd), ("pareto", pareto_cmd),
+            ("robustness", robustness_cmd))
+"""The study commands, by name (advisor.cli.main registers them)."""
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("batch")
-    def batch_cmd(
-        scenarios: Path = typer.Argument(..., help="SCENARIOS.yaml or .csv."),
-        out_dir: Path = typer.Option(..., "--out", "-o", help="Output folder (results.sqlite, CSV, JSON, HTML)."),
-        workers: Workers = None,
-        scheduler: Scheduler = None,
-        retry_errors: bool = typer.Option(False, "--retry-errors", help="Solve again scenarios recorded as errors.", metavar=""),
-        catalog: ScenarioCatalog = None,
-        strict: bool = typer.Option(False, "--strict", help="Exit 3 also when a row is solved but not optimal "
-                                                            "(infeasible, time limit).", metavar=""),
-        quiet: Quiet = False,
-    ) -> None:
-        """Solve every scenario x layout of a scenario file; reruns skip what is done.
+    for name, fn in COMMANDS:
+        app.command(name)(fn)
 
-        Exit codes: 0 every row solved; 3 some row failed (status error; each is listed with its reason) or, with
-        --strict, is not optimal; 2 bad input (unreadable scenario file, output folder not writable or in use by
-        another run); 130 interrupted."""
-        from advisor.studies.batch import run_batch
-
-        with user_errors("scenario file"):
-            summary = run_batch(_with_catalog(scenarios, catalog), out_dir, workers=workers, scheduler=scheduler,
-                                progress=not quiet, retry_errors=retry_errors)
-        out.print(summary.line, highlight=False)
-        if summary.exports:
-            out.print("exports: " + ", ".join(str(p) for p in summary.exports.values()), highlight=False)
-        if summary.stats.interrupted:
-            err.print("interrupted: finished rows are saved; run the same command again to continue")
-            raise typer.Exit(130)
-        for sc, lay, reason in summary.failed:
-            err.print(f"failed: {sc} / {lay}: {reason}", highlight=False, markup=False, soft_wrap=True)
-        if strict:
-            for sc, lay, status in summary.not_optimal:
-                err.print(f"not optimal: {sc} / {lay}: {status}", highlight=False, markup=False, soft_wrap=True)
-        if summary.failed or (strict and summary.not_optimal):
-            n = len(summary.failed) + (len(summary.not_optimal) if strict else 0)
-            err.print(f"{n} of {summary.stats.rows} rows did not solve" + (" optimally" if strict else "")
-                      + "; exit 3", highlight=False)
-            raise typer.Exit(3)
-
-    @app.command("sweep")
-    def sweep_cmd(
-        workload: Workload, rack: RackId,
-        vary: Annotated[list[str], typer.Option("--vary", help="PATH=LOW:HIGH:STEP or PATH=V1,V2 (once or twice).")],
-        out_dir: OutDir = None, racks: Racks = 1, catalog: CatalogDir = None, gpus: Gpus = None, cpus: Cpus = None,
-        layouts: Layouts = None, solver: Solver = "cbc", time_limit: TimeLimit = 60.0, reference_gpu: RefGpu = None,
-        sets: Sets = None, workers: Workers = None, scheduler: Scheduler = None, quiet: Quiet = False,
-    ) -> None:
-        """Throughput, power per task and capital per task/h of each layout over one or two parameters."""
-        from advisor.studies.whatif import parse_vary, sweep
-
-        with user_errors("sweep"):
-            base = _base(workload, rack, racks, catalog, gpus, cpus, layouts, solver, time_limit, reference_gpu,
-                         sets)
-            varies = [parse_vary(v) for v in vary]
-            res = _run(lambda runner: sweep(base, varies, runner), out_dir, workers, scheduler, quiet)
-        out.print(_table(*res.table(), title="sweep"))
-        if out_dir:
-            files = [res.write_csv(out_dir / "sweep.csv"), *res.write_chart(out_dir)]
-            out.print("wrote " + ", ".join(str(f) for f in files), highlight=False)
-
-    @app.command("crossover")
-    def crossover_cmd(
-        workload: Workload, rack: RackId,
-        vary: Annotated[str, typer.Option("--vary", help="PATH=LOW:HIGH, e.g. workload.tool_share=0:0.9.")],
-        tol: Annotated[float, typer.Option("--tol", help="Report the crossover to within this.")] = 0.01,
-        scan: Annotated[int, typer.Option("--scan", min=1, help="Intervals of the first scan (finds several "
-                                                                 "crossovers).")] = 4,
-        out_dir: OutDir = None, racks: Racks = 1, catalog: CatalogDir = None, gpus: Gpus = None, cpus: Cpus = None,
-        layouts: Layouts = None, solver: Solver = "cbc", time_limit: TimeLimit = 60.0, reference_gpu: RefGpu = None,
-        sets: Sets = None, workers: Workers = None, scheduler: Scheduler = None, quiet: Quiet = False,
-    ) -> None:
-        """The value of one parameter where the best layout changes (bisection)."""
-        from advisor.studies.whatif import crossover, parse_vary
-
-        with user_errors("crossover"):
-            base = _base(workload, rack, racks, catalog, gpus, cpus, layouts, solver, time_limit, reference_gpu,
-                         sets)
-            path, rng = parse_vary(vary, need_step=False)
-            if len(rng) != 2:
-                fail("--vary for crossover is PATH=a:b")
-            res = _run(lambda runner: crossover(base, path, float(rng[0]), float(rng[1]), runner, tol=tol, scan=scan),
-                       out_dir, workers, scheduler, quiet)
-        head = [path] + [f"{lay} tasks/h" for lay in base.layouts] + ["best"]
-        body = [[f"{x:.6g}"] + [("-" if t.get(lay) is None else f"{t[lay]:,.0f}") for lay in base.layouts]
-                + [w or "-"] for x, w, t in res.evaluated]
-        out.print(_table(head, body, title="values solved"))
-        for s in res.sentences():
-            out.print(s, highlight=False)
-
-    @app.command("pareto")
-    def pareto_cmd(
-        workload: Workload, rack: RackId,
-        against: Annotated[Against, typer.Option("--against", help="cost (capital USD) or power.")] = Against.cost,
-        points: Annotated[int, typer.Option("--points", min=1, help="Throughput targets in the ladder.")] = 10,
-        out_dir: OutDir = None, racks: Racks = 1, catalog: CatalogDir = None, gpus: Gpus = None, cpus: Cpus = None,
-        layouts: Layouts = None, solver: Solver = "cbc", time_limit: TimeLimit = 60.0, sets: Sets = None,
-        workers: Workers = None, scheduler: Scheduler = None, quiet: Quiet = False,
-    ) -> None:
-        """Throughput against capital cost or power: the least cost for each throughput target (Pareto front)."""
-        from advisor.studies.whatif import pareto
-
-        with user_errors("pareto"):
-            base = _base(workload, rack, racks, catalog, gpus, cpus, layouts, solver, time_limit, None, sets)
-            res = _run(lambda runner: pareto(base, runner, against=against.value, points=points), out_dir, workers,
-                       scheduler, quiet)
-        out.print(_table(*res.table(), title=f"Pareto front: throughput against {against.value}"))
-        if res.failed:
-            err.print(f"{len(res.failed)} solve(s) gave no point, e.g. {res.failed[0][0]}: {res.failed[0][1]}",
-                      highlight=False)
-        if out_dir:
-            files = [res.write_csv(out_dir / "pareto.csv"), *res.write_chart(out_dir)]
-            out.print("wrote " + ", ".join(str(f) for f in files), highlight=False)
-
-    @app.command("robustness")
-    def robustness_cmd(
-        scenarios: Path = typer.Argument(..., help="Scenario file with `samples:`."),
-        out_dir: OutDir = None, catalog: ScenarioCatalog = None,
-        workers: Workers = None, scheduler: Scheduler = None, quiet: Quiet = False,
-    ) -> None:
-        """Monte Carlo: how often each layout wins over sampled inputs, and the regret of choosing each."""
-        from advisor.studies.whatif import robustness, write_robustness
-
-        with user_errors("scenario file"):
-            scen = _with_catalog(scenarios, catalog)
-            if not any(s.sample is not None for s in scen):
-                err.print("note: the file has no `samples:`; every scenario counts as one draw", highlight=False)
-            res = _run(lambda runner: robustness(scen, runner), out_dir, workers, scheduler, quiet)
-        for r in res:
-            body = [[x.layout, str(x.wins), f"{x.win_share:.0%}", f"{x.top_share:.0%}", f"{x.mean_regret:.2%}", f"{x.p95_regret:.2%}",
-                     f"{x.max_regret:.2%}", f"{x.mean_throughput:,.0f}"] for x in r.layouts]
-            out.print(_table(["layout", "wins", "win share", "best or tied", "mean regret", "p95 regret", "max regret",
-                              "mean tasks/h"], body, title=f"{r.group}: {r.draws} draws"
-                             + (f" ({r.skipped} left out: a layout failed)" if r.skipped else "")))
-            out.print(r.sentence(), highlight=False)
-        if out_dir and res:
-            files = write_robustness(res, out_dir)
-            out.print("wrote " + ", ".join(str(f) for f in files), highlight=False)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit("use the `advisor` command")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from pydantic import Field
@@ -700,8 +700,6 @@ def optimize(
     if owned:  # owned servers stay candidates whatever dominates them
         keep = {o.key for o in capacity_options} | owned
         capacity_options = [o for o in options if o.key in keep]
-    best = None  # (key, problem snapshot, built, solution, notes, coupled)
-    any_coupled = False
     single = None
     if racks > 1 and objective == "max_throughput" and fixed is None:
         # R copies of the best single rack are a valid answer for R identical racks; the row search must beat it.
@@ -709,72 +707,11 @@ def optimize(
                           deadline=clock.share(3), objective=objective,
                           capital_budget_usd=None, gpu_ids=gpu_ids, cpu_ids=cpu_ids, settings=settings,
                           explain=False, certify=False) if capital_budget_usd is None else None
-    proven_ub: float | None = 0.0  # largest proven bound over the partitions tried (None: some unknown)
-    parts = partitions(workload, layout, servings)
-    for pi, part in enumerate(parts):
-        if pi > 0 and best is not None and not best[5] and len(parts[0]) == 1:
-            break  # without memory or tail limits in play one shared queue is never worse than split ones
-        if pi > 0 and clock.no_time():
-            proven_ub = None  # partitions left untried
-            break
-        part_ub: float | None = None
-        p = Problem(workload, rack, racks, capacity_options, servings, part, capital_budget_usd,
-                    required_tasks_per_hour, operating_tasks_per_hour=operating_tasks_per_hour, settings=s,
-                    switch=switch, fixed=fixed)
-        # Sandbox memory needs SKU-choice binaries; solve without it first and keep that answer when the evaluator
-        # confirms memory does not bind (the relaxation's optimum is then optimal for the full problem).
-        memory = False
-        coupled = False
-        for it in range(s.slo_iterations):
-            if it > 0 and clock.no_time():
-                break
-            p.options = options if memory else capacity_options
-            # With memory (and no tail-wait curves) the routing over mixed SKUs is solved by branch and bound on
-            # utilization bands; every other stage is one solve. ub: a proven bound on X where the stage's model
-            # is a relaxation of the evaluator (None where it is not, or unknown).
-            nodes, ub = _solve_coupled(p, layout, objective, backend, s, clock, racks, memory)
-            key, pn, b, sol, notes, ev, _ = nodes[0]
-            if p.slo_curves and _slo_mixed_speeds(p) and objective == "max_throughput":
-                # the curves assume the slowest speed of a mix: conservative, not a relaxation; the bound comes
-                # from the same model with every core at the fastest speed
-                ub = _slo_relaxed_bound(p, layout, backend, s, clock, racks, memory)
-            if objective == "max_throughput" and ub is not None:
-                part_ub = ub if part_ub is None else min(part_ub, ub)
-            if not sol.has_solution or b.x not in sol.values:
-                if best is None or (best[0][0] < 0 and not best[3].has_solution):
-                    best = ((-1.0, 0.0), replace(p), b, sol, notes, coupled, None)
-                break
-            x_mip = sol.values[b.x]
-            x_eval = ev.throughput_tasks_per_hour if ev is not None else 0.0
-            # Every candidate is judged by what the evaluator says it delivers (and, for cost objectives, costs).
-            # on a tie (within solver precision), the solve with the tail-wait curves wins: its prediction is the
-            # evaluated figure, while the relaxation's prediction ignores the target
-            tie = (p.slo_curves and objective == "max_throughput" and best is not None
-                   and key[0] >= best[0][0] * (1 - s.throughput_tie_tolerance))
-            if best is None or key > best[0] or tie:
-                best = (key, replace(pn), b, sol, notes, False, ev)
-            if ev is None:
-                break
-            short = [bd for bd in ev.bounds if bd.tasks_per_hour < x_mip * (1 - 1e-7)]
-            if not memory and any(bd.kind in ("memory", "disk") for bd in short):
-                memory = coupled = True
-                continue
-            # Tail-wait target, lazily as for memory: the solve without it is a relaxation, so an answer whose
-            # evaluated slo bounds do not bind is optimal. Otherwise re-solve with the slo:<q> capacity curves. They
-            # couple the queues (pooling favours sharing, the call-time mix splitting) and their core speed is
-            # conservative for mixed SKUs: compare partitions and the relaxed layout, as for memory.
-            if not p.slo_curves and slo_queues(p) and any(bd.kind == "slo" for bd in short):
-                # This answer misses the target as solved; if it is kept (the solve with curves does worse, e.g. on
-                # its time limit), it is not proven optimal: the relaxation's X bounds the optimum.
-                sol.status, sol.gap = "feasible", max(0.0, (x_mip - x_eval) / max(1e-9, x_eval))
-                p.slo_curves = coupled = True
-                continue
-            break
-        if best is not None and best[1].partition == part:
-            best = (*best[:5], coupled, best[6])
-        any_coupled = any_coupled or coupled
-        proven_ub = None if (proven_ub is None or part_ub is None) else max(proven_ub, part_ub)
-    _, p, b, sol, notes, _, ev_best = best
+    space = _SearchSpace(workload, rack, racks, options, capacity_options, servings, capital_budget_usd,
+                         required_tasks_per_hour, operating_tasks_per_hour, s, switch, fixed, layout, objective,
+                         backend)
+    best, any_coupled, proven_ub = _search_partitions(space, clock)
+    p, b, sol, notes, ev_best = best.problem, best.built, best.solution, best.notes, best.evaluation
     if objective == "max_throughput" and sol.has_solution and b.x in sol.values:
         _label(sol, ev_best.throughput_tasks_per_hour if ev_best is not None else 0.0, proven_ub, s, clock,
                s.throughput_tie_tolerance * b.x_upper)
@@ -840,6 +777,119 @@ def optimize(
                 existing, existing_ev, baseline_ev, result, workload, rack, catalog, s, options, software_split)})
     result = with_operating(result, workload, rack, catalog, s.assumptions)
     return with_failures(result, workload, rack, catalog, s.assumptions, spares)
+
+
+@dataclass(frozen=True)
+class _SearchSpace:
+    """What the partition search of `optimize` reads: the request, the candidates and the settings."""
+
+    workload: Workload
+    rack: Rack
+    racks: int
+    options: list[ServerOption]
+    """Every candidate (the memory-coupled solves use them all)."""
+    capacity_options: list[ServerOption]
+    """The candidates a capacity-only solve needs (Pareto-pruned)."""
+    servings: dict
+    capital_budget_usd: float | None
+    required_tasks_per_hour: float | None
+    operating_tasks_per_hour: float | None
+    settings: OptimizerSettings
+    switch: object
+    fixed: object
+    layout: Layout
+    objective: Objective
+    backend: str
+
+
+@dataclass
+class _Candidate:
+    """The search's best answer so far, as the evaluator judged it."""
+
+    key: tuple
+    """Ranking key: (evaluated tasks/h, -power) for throughput objectives, `_cost_key` for the others."""
+    problem: Problem
+    built: Built
+    solution: Solution
+    notes: list[str]
+    coupled: bool
+    """Memory or tail-wait limits made the search on its partition heuristic (other partitions are worth trying)."""
+    evaluation: Evaluation | None
+
+
+def _search_partitions(sp: _SearchSpace, clock: Deadline) -> tuple[_Candidate, bool, float | None]:
+    """Solve each queue partition of the layout in turn (the memory-free and tail-wait-free relaxations first, then
+    the coupled models where the evaluator shows they bind) and keep the answer the evaluator rates best. Returns it,
+    whether any partition's search was coupled, and the proven bound on X over the partitions (None: unknown)."""
+    s = sp.settings
+    best: _Candidate | None = None
+    any_coupled = False
+    proven_ub: float | None = 0.0  # largest proven bound over the partitions tried (None: some unknown)
+    parts = partitions(sp.workload, sp.layout, sp.servings)
+    for pi, part in enumerate(parts):
+        if pi > 0 and best is not None and not best.coupled and len(parts[0]) == 1:
+            break  # without memory or tail limits in play one shared queue is never worse than split ones
+        if pi > 0 and clock.no_time():
+            proven_ub = None  # partitions left untried
+            break
+        part_ub: float | None = None
+        p = Problem(sp.workload, sp.rack, sp.racks, sp.capacity_options, sp.servings, part, sp.capital_budget_usd,
+                    sp.required_tasks_per_hour, operating_tasks_per_hour=sp.operating_tasks_per_hour,
+                    settings=sp.settings, switch=sp.switch, fixed=sp.fixed)
+        # Sandbox memory needs SKU-choice binaries; solve without it first and keep that answer when the evaluator
+        # confirms memory does not bind (the relaxation's optimum is then optimal for the full problem).
+        memory = False
+        coupled = False
+        for it in range(s.slo_iterations):
+            if it > 0 and clock.no_time():
+                break
+            p.options = sp.options if memory else sp.capacity_options
+            # With memory (and no tail-wait curves) the routing over mixed SKUs is solved by branch and bound on
+            # utilization bands; every other stage is one solve. ub: a proven bound on X where the stage's model
+            # is a relaxation of the evaluator (None where it is not, or unknown).
+            nodes, ub = _solve_coupled(p, sp.layout, sp.objective, sp.backend, s, clock, sp.racks, memory)
+            key, pn, b, sol, notes, ev, _ = nodes[0]
+            if p.slo_curves and _slo_mixed_speeds(p) and sp.objective == "max_throughput":
+                # the curves assume the slowest speed of a mix: conservative, not a relaxation; the bound comes
+                # from the same model with every core at the fastest speed
+                ub = _slo_relaxed_bound(p, sp.layout, sp.backend, s, clock, sp.racks, memory)
+            if sp.objective == "max_throughput" and ub is not None:
+                part_ub = ub if part_ub is None else min(part_ub, ub)
+            if not sol.has_solution or b.x not in sol.values:
+                if best is None or (best.key[0] < 0 and not best.solution.has_solution):
+                    best = _Candidate((-1.0, 0.0), replace(p), b, sol, notes, coupled, None)
+                break
+            x_mip = sol.values[b.x]
+            x_eval = ev.throughput_tasks_per_hour if ev is not None else 0.0
+            # Every candidate is judged by what the evaluator says it delivers (and, for cost objectives, costs).
+            # on a tie (within solver precision), the solve with the tail-wait curves wins: its prediction is the
+            # evaluated figure, while the relaxation's prediction ignores the target
+            tie = (p.slo_curves and sp.objective == "max_throughput" and best is not None
+                   and key[0] >= best.key[0] * (1 - s.throughput_tie_tolerance))
+            if best is None or key > best.key or tie:
+                best = _Candidate(key, replace(pn), b, sol, notes, False, ev)
+            if ev is None:
+                break
+            short = [bd for bd in ev.bounds if bd.tasks_per_hour < x_mip * (1 - 1e-7)]
+            if not memory and any(bd.kind in ("memory", "disk") for bd in short):
+                memory = coupled = True
+                continue
+            # Tail-wait target, lazily as for memory: the solve without it is a relaxation, so an answer whose
+            # evaluated slo bounds do not bind is optimal. Otherwise re-solve with the slo:<q> capacity curves. They
+            # couple the queues (pooling favours sharing, the call-time mix splitting) and their core speed is
+            # conservative for mixed SKUs: compare partitions and the relaxed layout, as for memory.
+            if not p.slo_curves and slo_queues(p) and any(bd.kind == "slo" for bd in short):
+                # This answer misses the target as solved; if it is kept (the solve with curves does worse, e.g. on
+                # its time limit), it is not proven optimal: the relaxation's X bounds the optimum.
+                sol.status, sol.gap = "feasible", max(0.0, (x_mip - x_eval) / max(1e-9, x_eval))
+                p.slo_curves = coupled = True
+                continue
+            break
+        if best is not None and best.problem.partition == part:
+            best = replace(best, coupled=coupled)
+        any_coupled = any_coupled or coupled
+        proven_ub = None if (proven_ub is None or part_ub is None) else max(proven_ub, part_ub)
+    return best, any_coupled, proven_ub
 
 
 def _canonical(b: Built, p: Problem, model: LinearModel, sol: Solution, objective: Objective,
@@ -1291,8 +1341,6 @@ def _result(p: Problem, b: Built, sol: Solution, notes: list[str], layout: Layou
     warnings = list(notes)
     if cfg is None:
         # Nothing useful fits: ask which budget would let even one task per hour through.
-        from dataclasses import replace
-
         p1 = replace(p, required_tasks_per_hour=MIN_USEFUL_TASKS_PER_HOUR)
         diag = _diagnose(build(p1, memory=False), p1, backend, s, clock) or _empty_rack_diagnosis(p)
         return OptimizeResult(layout=layout, status="infeasible", gap=sol.gap, solver=backend,
