@@ -295,7 +295,7 @@ def test_hybrid_ge_b_ge_a_presets(workload, rack):
     for lay, r in res.items():
         if workload == "interactive-rl-mix":
             # Its interactive class's tail-wait curves mix core speeds (conservative at the slowest): A may stay
-            # unproven, and then says so with the bound from the fastest speed (docs/model.md, "Status means proven").
+            # unproven, and then says so with the bound from each queue's fastest core speed (docs/model.md, "Status means proven").
             assert _solved(r) or (r.status in ("feasible", "time_limit") and r.bound_tasks_per_hour is not None
                                   and r.throughput_tasks_per_hour <= r.bound_tasks_per_hour * (1 + 1e-9)
                                   and r.gap is not None and r.gap > 0), (lay, r.status, r.gap, r.message)

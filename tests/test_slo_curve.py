@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from advisor.optimizer.optimize import optimize
 from advisor.optimizer.settings import OptimizerSettings
@@ -100,3 +102,68 @@ def test_slo_optimum_matches_enumeration(k, layout):
     dflt = optimize(wl, inst.rack, inst.catalog, layout=layout, explain=False)
     assert dflt.throughput_tasks_per_hour <= expect * (1 + 1e-6)
     assert dflt.throughput_tasks_per_hour >= expect * (1 - OptimizerSettings().slo_curve_tolerance) - 1e-6
+
+
+def _mixed_speed_instance(seed: int):
+    """A random instance with two CPU SKUs of different core speeds and a tail-wait target (or None)."""
+    inst = random_instance(seed, max_power_kw=12.0, max_vectors=3000)
+    speeds = {c.per_core_perf for c in inst.catalog.cpus}
+    if len(speeds) < 2 or not inst.notes["llm"] or tool_work_per_task(inst.workload) <= 0:
+        return None
+    _, mean, _, scale = queue_figures(inst.workload, min(speeds))
+    target = mean * scale * (0.02 + 0.3 * ((seed * 7919) % 100) / 100)
+    return inst, inst.workload.model_copy(update={"slo": Slo(tool_wait_p95_seconds=target)})
+
+
+@functools.cache
+def _mixed_seeds(n: int) -> list[int]:
+    out = []
+    for seed in range(9000, 9600):
+        if _mixed_speed_instance(seed) is not None:
+            out.append(seed)
+        if len(out) >= n:
+            break
+    return out
+
+
+N_MIXED = 8
+
+
+@pytest.mark.parametrize("k", tiered(range(N_MIXED), 2))
+def test_mixed_speed_bound_covers_every_one_speed_optimum(k):
+    """Tail-wait curves over mixed core speeds are conservative (slowest speed of the mix), so the proven bound comes
+    from the relaxation at each queue's fastest core (docs/model.md, "Status means proven"). Every answer that uses
+    one CPU SKU is feasible for the mixed problem and its curves are exact, so the bound must cover each of them,
+    and an `optimal` label must mean the answer reaches every one of them."""
+    seed = _mixed_seeds(N_MIXED)[k]
+    inst, wl = _mixed_speed_instance(seed)
+    res = optimize(wl, inst.rack, inst.catalog, layout="b", explain=False)
+    singles = [optimize(wl, inst.rack, inst.catalog, layout="b", explain=False, cpu_ids=[c.id])
+               for c in inst.catalog.cpus]
+    best_single = max(r.throughput_tasks_per_hour for r in singles)
+    ctx = (seed, res.status, res.throughput_tasks_per_hour, res.bound_tasks_per_hour,
+           [(r.status, r.throughput_tasks_per_hour) for r in singles])
+    assert res.throughput_tasks_per_hour >= best_single * (1 - 1e-6), ctx
+    if res.bound_tasks_per_hour is not None:
+        assert res.bound_tasks_per_hour >= best_single * (1 - 1e-6), ctx
+        assert res.bound_tasks_per_hour >= res.throughput_tasks_per_hour * (1 - 1e-9), ctx
+    if res.status == "optimal":
+        assert all(r.throughput_tasks_per_hour <= res.throughput_tasks_per_hour * (1 + 1e-6) for r in singles), ctx
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(mean=st.floats(0.05, 200.0), target=st.floats(0.01, 10.0), scale=st.floats(0.5, 20.0),
+       faster=st.floats(1.0, 4.0), c=st.integers(1, 3000))
+def test_capacity_grows_with_core_speed(mean, target, scale, faster, c):
+    """The relaxed curves' premise (docs/model.md, "Status means proven"): a queue whose cores are all at most as
+    fast as speed l has no more tail-wait capacity than the curve at speed l. Faster cores divide every call time
+    (the spread, hence the Allen-Cunneen scale, is unchanged), and capacity never falls as calls shorten."""
+    slow = max_arrival_for_wait(c, mean, target / scale, QUANTILE)
+    fast = max_arrival_for_wait(c, mean / faster, target / scale, QUANTILE)
+    assert fast >= slow * (1 - 1e-9)
+    qs = QueueCalls(1.0, mean, 1.0, scale)
+    qf = QueueCalls(1.0, mean / faster, 1.0, scale)
+    top = max(c, 40)
+    for a, b in zip(curve(qs, target, QUANTILE, top, 16, 1e-3), curve(qf, target, QUANTILE, top, 16, 1e-3)):
+        if a.start == b.start:
+            assert b.value >= a.value * (1 - 1e-9), (a, b)

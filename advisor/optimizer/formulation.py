@@ -527,11 +527,13 @@ def add_slo_curves(m: LinearModel, p: Problem, y, x: str, count) -> None:
     """slo:<q>: the queue's call rate under its piecewise-linear capacity curve in its integer server count
     (advisor/optimizer/slo_curve.py; docs/model.md section 9.4). The curve is chosen together with a core-speed level: at level
     l the queue takes cores only from servers at least that fast, and the curve assumes speed l (conservative for a
-    mix, exact for one speed). One binary per (level, segment); exactly one is set."""
+    mix, exact for one speed). One binary per (level, segment); exactly one is set.
+
+    Relaxed (`p.slo_relaxed`, for a proven bound): at level l the queue takes cores only from servers at most that
+    fast and the curve assumes speed l, the fastest core present; faster cores only shorten calls and waits, so the
+    curve is an upper bound on the mix's capacity (exact for one speed)."""
     s = p.settings
     for qi, qname, speeds, qcs, target in slo_queues(p):
-        if p.slo_relaxed:
-            speeds, qcs = speeds[-1:], qcs[-1:]
         opts = [i for (i, q2) in y if q2 == qi]
         if not opts:
             continue
@@ -568,9 +570,10 @@ def add_slo_curves(m: LinearModel, p: Problem, y, x: str, count) -> None:
         m.add(f"slo_segment_{tag}", f"slo:{qname}", pick, "==", 1.0)
         m.add(f"slo_link_{tag}", f"slo:{qname}", link, "==", 0.0)
         m.add(f"slo_{tag}", f"slo:{qname}", rate, "<=", 0.0)
-        for i in (opts if not p.slo_relaxed else []):  # cores only from servers at least as fast as the level
-            allowed = {h: 1.0 for li, on in enumerate(level_on) if speeds[li] <= p.options[i].profile.per_core_perf
-                       for h in on}
+        for i in opts:  # cores only from servers at least (relaxed: at most) as fast as the level
+            perf = p.options[i].profile.per_core_perf
+            allowed = {h: 1.0 for li, on in enumerate(level_on)
+                       if (speeds[li] >= perf if p.slo_relaxed else speeds[li] <= perf) for h in on}
             if len(allowed) < len(pick):
                 big = p.options[i].profile.tool_cores * sum(m.vars[v].ub for v in count[i])
                 m.add(f"slo_speed_{tag}_o{i}", f"slo:{qname}",

@@ -984,7 +984,7 @@ def _routing_spread(b: Built, p: Problem, sol: Solution) -> dict[str, float]:
 def _slo_relaxed_bound(p: Problem, layout: Layout, backend: str, s: OptimizerSettings, clock: _Clock, racks: int,
                        memory: bool) -> float | None:
     """A proven bound on X under tail-wait curves that may mix core speeds: the same model with each queue's curve
-    at the fastest candidate speed and no speed levels (faster cores only shorten calls and waits)."""
+    at the speed of its fastest core (faster cores only shorten calls and waits)."""
     pr = replace(p, slo_relaxed=True, bands={})
     b = build(pr, memory=memory)
     if racks > 1 and pr.fixed is None:
