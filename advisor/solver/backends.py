@@ -136,8 +136,11 @@ def solve_cbc(model: LinearModel, time_limit_s: float, gap: float, threads: int 
     is_mip = any(x.integer for x in model.vars.values())
     fd, log_path = tempfile.mkstemp(prefix="cbc-", suffix=".log")
     os.close(fd)
-    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.floor(time_limit_s)), gapRel=gap, threads=threads,
-                               logPath=log_path, warmStart=bool(hint))
+    # One thread: no `-threads` flag. `-threads 1` selects CBC's threaded branch and bound with one worker, which
+    # in the bundled build stalls for 10 s at the end of about 1 solve in 50-100, even on a 9-variable model
+    # (measured: bench/bench_cbc_threads.py); without the flag CBC runs its serial code.
+    solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(1, math.floor(time_limit_s)), gapRel=gap,
+                               threads=threads if threads > 1 else None, logPath=log_path, warmStart=bool(hint))
     t0 = time.perf_counter()
     procs: list[subprocess.Popen] = []
     reset = _CBC_PROCS.set(procs)
