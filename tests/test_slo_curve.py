@@ -4,6 +4,7 @@ function, and the optimizer against a brute-force enumeration filtered by the ev
 from __future__ import annotations
 
 import functools
+import itertools
 
 import pytest
 from hypothesis import given, settings
@@ -117,13 +118,7 @@ def _mixed_speed_instance(seed: int):
 
 @functools.cache
 def _mixed_seeds(n: int) -> list[int]:
-    out = []
-    for seed in range(9000, 9600):
-        if _mixed_speed_instance(seed) is not None:
-            out.append(seed)
-        if len(out) >= n:
-            break
-    return out
+    return list(itertools.islice((s for s in range(9000, 9600) if _mixed_speed_instance(s) is not None), n))
 
 
 N_MIXED = 8
