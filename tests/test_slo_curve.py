@@ -44,6 +44,20 @@ def test_curve_is_exact_at_breakpoints_and_below_between(mean, target, scale):
     assert all(s.start == s.end for s in segs[:17])
 
 
+@pytest.mark.parametrize("mean,target,scale", [(2.0, 1.0, 1.0), (13.3, 0.5, 4.0), (0.8, 0.05, 1.5), (40.0, 0.1, 5.0)])
+def test_every_secant_is_within_the_tolerance_at_every_server_count(mean, target, scale):
+    """The proven bound of a solve with secant segments is divided by (1 - tolerance) (optimize._x_bound): that needs
+    each secant within the tolerance of the capacity at every integer of its segment, not only where the curve is
+    built (its end and middle)."""
+    qc = QueueCalls(1.0, mean, 1.0, scale)
+    tol = OptimizerSettings().slo_curve_tolerance
+    for sg in curve(qc, target, QUANTILE, 3000, OptimizerSettings().slo_curve_exact_servers, tol):
+        for c in range(sg.start, sg.end + 1):
+            true = max_arrival_for_wait(c, mean, target / scale, QUANTILE)
+            line = sg.value + sg.slope * (c - sg.start)
+            assert true * (1 - tol) - 1e-12 <= line <= true * (1 + 1e-12), (sg, c)
+
+
 def _slo_instance(seed: int):
     """A one-CPU-SKU random instance with a tail-wait target tight enough to bind (or None)."""
     inst = random_instance(seed, max_power_kw=12.0, max_vectors=3000)

@@ -506,6 +506,10 @@ def _add_queue_floors(m: LinearModel, p: Problem, y, x: str, x_ub: float, work: 
                   "<=", 0.0)
 
 
+SECANT_PREFIX = "slo_segc_"
+"""Name prefix of a tail-wait curve's secant-segment variables (a segment of more than one server count)."""
+
+
 def slo_queues(p: Problem) -> list[tuple[int, str, list[float], list[QueueCalls], float]]:
     """Queues with a tail-wait target: (index, name, the distinct core speeds of the servers that can give the queue
     cores, ascending, the queue's call figures at each speed, and its target: the tightest of its classes')."""
@@ -560,7 +564,7 @@ def add_slo_curves(m: LinearModel, p: Problem, y, x: str, count) -> None:
                     link[h] = -float(sg.start)
                     rate[h] = -sg.value
                     continue
-                ck = m.var(f"slo_segc_{tag}_l{li}_{k}", 0, sg.end)
+                ck = m.var(f"{SECANT_PREFIX}{tag}_l{li}_{k}", 0, sg.end)
                 m.add(f"slo_seg_lo_{tag}_l{li}_{k}", f"slo:{qname}", {ck: -1.0, h: float(sg.start)}, "<=", 0.0)
                 m.add(f"slo_seg_hi_{tag}_l{li}_{k}", f"slo:{qname}", {ck: 1.0, h: -float(sg.end)}, "<=", 0.0)
                 link[ck] = -1.0

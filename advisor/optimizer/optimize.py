@@ -14,8 +14,8 @@ from advisor.optimizer.certificate import Certificate
 from advisor.optimizer.certificate import ceiling_tasks_per_hour
 from advisor.optimizer.certificate import search as local_search
 from advisor.optimizer.groups import BUDGET_GROUPS, BUDGET_UNITS
-from advisor.optimizer.formulation import (Built, Problem, build, cost_terms, gpu_capacity_terms, per_rack_count_bound,
-                                 power_terms, slo_queues)
+from advisor.optimizer.formulation import (SECANT_PREFIX, Built, Problem, build, cost_terms, gpu_capacity_terms,
+                                 per_rack_count_bound, power_terms, slo_queues)
 from advisor.optimizer.options import Layout, ServerOption, enumerate_options, prune_dominated, system_misfits
 from advisor.optimizer.settings import OptimizerSettings
 from advisor.optimizer.migration import Migration
@@ -925,7 +925,11 @@ PROOF_SLACK = 1e-9
 
 def _x_bound(sol: Solution, b: Built, s: OptimizerSettings) -> float | None:
     """A proven upper bound on X (tasks/h) from a max-throughput solve: the solver's bound on its first objective
-    (X less tie-breaks worth at most the tie budget; for rows, X itself) plus that budget. None when unknown."""
+    (X less tie-breaks worth at most the tie budget; for rows, X itself) plus that budget. None when unknown.
+
+    Where the model's tail-wait curves have secant segments (queues above `slo_curve_exact_servers`), each secant
+    lies below the queue's capacity by at most `slo_curve_tolerance` of it: a configuration the evaluator accepts
+    at X is accepted by the curves at X (1 - tolerance), so the bound is divided by (1 - tolerance)."""
     if not sol.has_solution and sol.status == "infeasible":
         return -math.inf
     bound = sol.best_bound
@@ -933,7 +937,10 @@ def _x_bound(sol: Solution, b: Built, s: OptimizerSettings) -> float | None:
         bound = sol.objective
     if bound is None:
         return None
-    return bound + s.throughput_tie_tolerance * b.x_upper
+    bound += s.throughput_tie_tolerance * b.x_upper
+    if any(name.startswith(SECANT_PREFIX) for name in b.model.vars):
+        bound /= 1.0 - s.slo_curve_tolerance
+    return bound
 
 
 def _proven(x_eval: float, bound: float | None, s: OptimizerSettings, budget: float) -> bool:
