@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from advisor.deadline import Deadline
@@ -10,6 +11,7 @@ from advisor.report.names import pool  # people's words: the note is shown as is
 from advisor.optimizer.migration import NotACandidate
 from advisor.optimizer.optimize import MATERIAL_GAIN, OptimizeResult, not_a_candidate_result, optimize
 from advisor.optimizer.settings import OptimizerSettings
+from advisor.parallel import run_all
 from advisor.layouts import LAYOUTS, TIE_RTOL, Outcome, best_layout, tied_layouts
 from models.base import Frozen
 from models.catalog import Catalog
@@ -77,17 +79,25 @@ def compare_layouts(workload: Workload, rack: Rack, catalog: Catalog, deadline: 
     results: list = []
     limit = kw.pop("time_limit_s", None) or (kw.get("settings") or OptimizerSettings()).time_limit_s
     clock = Deadline(limit, parent=deadline)
-    for i, lay in enumerate(LAYOUTS):
+    workers = (kw.get("settings") or OptimizerSettings()).concurrent_solves
+
+    def solve_layout(item: tuple[int, str]) -> OptimizeResult:
+        i, lay = item
+        # a layout started now shares what is left with the layouts that will run after it on its worker
+        share = clock.share(max(1, math.ceil((len(LAYOUTS) - i) / workers)))
         try:
-            res = optimize(workload, rack, catalog, layout=lay, deadline=clock.share(len(LAYOUTS) - i), **kw)
+            return optimize(workload, rack, catalog, layout=lay, deadline=share, **kw)
         except NotACandidate as e:  # owned servers this layout cannot hold (a CPU tier in layout a or b)
-            res = not_a_candidate_result(lay, kw.get("backend", "cbc"), str(e))
+            return not_a_candidate_result(lay, kw.get("backend", "cbc"), str(e))
+
+    for lay, res in zip(LAYOUTS, run_all(solve_layout, list(enumerate(LAYOUTS)), workers)):
         prev = results[-1] if results else None
         if (kw.get("objective", "max_throughput") == "max_throughput" and prev is not None
                 and prev.throughput_tasks_per_hour > res.throughput_tasks_per_hour * (1 + MATERIAL_GAIN)):
             # Each layout relaxes the one before, so the previous answer is valid here too. optimize() checks this
-            # itself, unless its time ran out first (status time_limit): keep the comparison monotone anyway. Its
-            # status is this layout's: proven only if it meets this layout's own bound.
+            # itself, unless its time ran out first (status time_limit) or the layouts ran side by side: keep the
+            # comparison monotone anyway. Its status is this layout's: proven only if it meets this layout's own
+            # bound.
             bound = res.bound_tasks_per_hour
             x = prev.throughput_tasks_per_hour
             proven = bound is not None and x >= bound * (1 - 2e-6) and prev.status == "optimal"

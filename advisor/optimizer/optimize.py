@@ -21,6 +21,7 @@ from advisor.optimizer.settings import OptimizerSettings
 from advisor.optimizer.migration import Migration
 from advisor.solver import LinearModel, Solution, Var, solve
 from advisor.optimizer.objectives import TCO_OBJECTIVES, solve_tco
+from advisor.parallel import run_all
 from advisor.optimizer.failures import Failures, optimize_with_spares, with_failures
 from advisor.optimizer.operating import OperatingFigure, optimize_operating, with_operating
 from models.base import Frozen
@@ -371,10 +372,12 @@ def _solve_stages(b: Built, p: Problem, layout: Layout, objective: Objective, ba
         # stages read server counts only (the continuous split is polish's to make canonical): where a stage held
         # the orchestration cores too, SCIP reported a better objective than its own values gave; and power and
         # cost as one weighted sum left mixes within the gap of each other, which CBC and SCIP ranked differently.
-        sol, m = _lexicographic(model, b, backend, s, clock, hint, [
-            ("throughput", throughput_objective(b, p, s), True), ("power", power_terms(b, p), False),
-            ("cost", cost_terms(b, p) if any(cost_terms(b, p).values()) else {}, False),
-            ("rank", rank_objective(b), False)])
+        stages = [("throughput", throughput_objective(b, p, s), True)]
+        if s.answer_detail == "full":
+            stages += [("power", power_terms(b, p), False),
+                       ("cost", cost_terms(b, p) if any(cost_terms(b, p).values()) else {}, False),
+                       ("rank", rank_objective(b), False)]
+        sol, m = _lexicographic(model, b, backend, s, clock, hint, stages)
         return sol, m, notes
     if objective in TCO_OBJECTIVES:
         return solve_tco(model, b, p, objective, backend, s.assumptions.costs,
@@ -555,37 +558,48 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
     if lp is None or not lp[1]:
         return prices
     duals = lp[1]
-    for g in BUDGET_GROUPS:
-        names = [c.name for c in b.model.constraints if c.group == g]
-        if not names:
-            continue
-        dual = sum(abs(duals.get(n, 0.0)) for n in names) / len(names)
-        unit = BUDGET_UNITS[g]
-        scale = 1000.0 if unit == "W" else 1.0
-        label_unit = "kW" if unit == "W" else unit
-        takes = None
+    groups = [g for g in BUDGET_GROUPS if any(c.group == g for c in b.model.constraints)]
+
+    def what_it_takes(g: str) -> str | None:
+        """Re-solve with budget `g` 10% larger (the gain a planner gets for it)."""
         cons = [c for c in b.model.constraints if c.group == g]
-        if explain_resolve and x_best > 0 and cons[0].rhs > 0 and not clock.no_time():
-            m = LinearModel("what_if", _without_count_bounds(b),
-                            [c if c.group != g else type(c)(c.name, c.group, c.terms, c.sense, c.rhs * 1.1)
-                             for c in b.model.constraints], {b.x: 1.0}, True)
-            if layout == "a":
-                gcap = gpu_capacity_terms(b, p)
-                m1 = m.copy()
-                m1.objective = gcap
-                s1 = solve(m1, backend, clock.left(), s.mip_gap)
-                if s1.has_solution:
-                    m.add("gpu_first", "gpu_first", gcap, ">=", s1.objective * (1 - s.throughput_tie_tolerance) - 1e-6)
-            sol = solve(m, backend, clock.left(), s.mip_gap)
-            if sol.has_solution:
-                sol = polish(m, sol, [({b.x: 1.0}, True)])  # X in full precision (CBC prints 8 digits)
-                gain = sol.values[b.x] - x_best
-                gain = 0.0 if abs(gain) <= 1e-9 * x_best else gain  # not "-0 tasks/h" for rounding noise
-                takes = (f"+10% {g} ({cons[0].rhs * 0.1 / scale:,.1f} {label_unit}"
-                         f"{' per rack' if g != 'capital' else ''}) gives "
-                         f"{gain:+,.0f} tasks/h ({gain / x_best:+.1%})")
-        prices.append(ShadowPrice(group=g, tasks_per_hour_per_unit=dual * scale, unit=label_unit, what_it_takes=takes))
+        if not (explain_resolve and x_best > 0 and cons[0].rhs > 0 and not clock.no_time()):
+            return None
+        m = LinearModel("what_if", _without_count_bounds(b),
+                        [c if c.group != g else type(c)(c.name, c.group, c.terms, c.sense, c.rhs * 1.1)
+                         for c in b.model.constraints], {b.x: 1.0}, True)
+        if layout == "a":
+            gcap = gpu_capacity_terms(b, p)
+            m1 = m.copy()
+            m1.objective = gcap
+            s1 = solve(m1, backend, clock.left(), s.mip_gap)
+            if s1.has_solution:
+                m.add("gpu_first", "gpu_first", gcap, ">=", s1.objective * (1 - s.throughput_tie_tolerance) - 1e-6)
+        sol = solve(m, backend, clock.left(), s.mip_gap)
+        if not sol.has_solution:
+            return None
+        sol = polish(m, sol, [({b.x: 1.0}, True)])  # X in full precision (CBC prints 8 digits)
+        gain = sol.values[b.x] - x_best
+        gain = 0.0 if abs(gain) <= 1e-9 * x_best else gain  # not "-0 tasks/h" for rounding noise
+        scale, label_unit = _price_unit(g)
+        return (f"+10% {g} ({cons[0].rhs * 0.1 / scale:,.1f} {label_unit}"
+                f"{' per rack' if g != 'capital' else ''}) gives "
+                f"{gain:+,.0f} tasks/h ({gain / x_best:+.1%})")
+
+    # the re-solves are independent: run them side by side (advisor/parallel.py)
+    takes = run_all(what_it_takes, groups, s.concurrent_solves)
+    for g, t in zip(groups, takes):
+        names = [c.name for c in b.model.constraints if c.group == g]
+        dual = sum(abs(duals.get(n, 0.0)) for n in names) / len(names)
+        scale, label_unit = _price_unit(g)
+        prices.append(ShadowPrice(group=g, tasks_per_hour_per_unit=dual * scale, unit=label_unit, what_it_takes=t))
     return prices
+
+
+def _price_unit(group: str) -> tuple[float, str]:
+    """A budget's shadow price is quoted per kW where the budget is in W."""
+    unit = BUDGET_UNITS[group]
+    return (1000.0, "kW") if unit == "W" else (1.0, unit)
 
 
 def optimize(
@@ -760,7 +774,8 @@ def optimize(
                 "warnings": sub.warnings + [f"layout {RELAXES[layout]}'s answer (also valid for {layout}) delivers "
                                             "more under the tail-wait/memory limits than this layout's own search"]}),
                 bound, s, clock, budget)
-    if certify and result.configuration and fixed is None:
+    if certify and result.configuration and fixed is None and not (
+            s.answer_detail == "throughput" and result.status == "optimal"):  # a proven answer has no better neighbour
         # owned servers are not the certificate's to move (its neighbours would add or remove them freely)
         result = _certify(result, p, options, layout, objective, capital_budget_usd, s, full, t0, bound, budget)
     if existing is not None and existing_ev is not None:
@@ -768,7 +783,7 @@ def optimize(
 
         if objective == "max_throughput":  # a cost objective ranks by cost, not by tasks/h
             result = _keep_at_least_owned(result, baseline, baseline_ev, options)
-        if _plan and not software_only and result.configuration:
+        if _plan and s.answer_detail == "full" and not software_only and result.configuration:
             def software_split(hw: Configuration) -> OptimizeResult:
                 return optimize(workload, rack, catalog, layout=layout, racks=racks, backend=backend,
                                 deadline=clock, settings=settings, explain=False,
@@ -776,6 +791,8 @@ def optimize(
             result = result.model_copy(update={"migration": plan_migration(
                 existing, existing_ev, baseline_ev, result, workload, rack, catalog, s, options, software_split)})
     result = with_operating(result, workload, rack, catalog, s.assumptions)
+    if s.answer_detail == "throughput" and spares == 0:
+        return result
     return with_failures(result, workload, rack, catalog, s.assumptions, spares)
 
 
@@ -1457,13 +1474,13 @@ def _keep_at_least_owned(result: OptimizeResult, existing: Configuration, ev: Ev
             f"owned configuration as configured ({ev.throughput_tasks_per_hour:,.0f} tasks/h); that is shown"]})
 
 
-def not_a_candidate_result(layout: str, backend: str, message: str) -> OptimizeResult:
-    """An infeasible answer naming the fixed-server group: owned servers this layout cannot hold (compare keeps
-    going with the other layouts)."""
+def not_a_candidate_result(layout: str, backend: str, message: str, group: str = "fixed_servers") -> OptimizeResult:
+    """An infeasible answer naming `group`: owned servers this layout cannot hold (compare keeps going with the
+    other layouts), or, for a sweep point, a rack that holds no candidate server at all ("candidates")."""
     return OptimizeResult(
         layout=layout, status="infeasible", gap=None, solver=backend, seconds=0.0, partition=[],
         throughput_tasks_per_hour=0.0, predicted_tasks_per_hour=0.0, servers=[], cores_per_gpu=None,
         orchestration_cores_per_gpu=None, queues=[], power_w=0.0, space_u=0, air_heat_w=0.0, liquid_heat_w=0.0,
         gpu_idle_fraction=0.0, bottleneck="none", binding_constraints=[], constraints=[], configuration={},
         evaluation=None, message=message,
-        infeasibility=[Infeasibility(group="fixed_servers", message=message, shortfall=None, unit="servers")])
+        infeasibility=[Infeasibility(group=group, message=message, shortfall=None, unit="servers")])

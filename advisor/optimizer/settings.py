@@ -1,5 +1,7 @@
 """Optimizer settings: defaults with their basis (override per request)."""
 
+from typing import Literal
+
 from pydantic import Field
 
 from models.assumptions import ModelAssumptions
@@ -60,5 +62,15 @@ class OptimizerSettings(Input):
     layout_fit_share_tolerance: float = Field(default=1e-3, gt=0, lt=0.1)
     """Bisection on the tool-work scale stops when the flip's tool share is known to this absolute fraction (0.1
     percentage point: the answer quotes it to whole percent)."""
+    answer_detail: Literal["full", "throughput"] = "full"
+    """How much of an answer to derive. "full": the throughput optimum, then least power, least cost and the
+    option ranks among its ties (a canonical answer), its failure figures and, for owned servers, the migration
+    plan. "throughput": the throughput optimum and its label only (the first stage's proven status, bound and gap
+    are the same), the certificate only where that label is not already proven; for sensitivity sweeps, whose
+    points are read for their tasks/h and status (a sweep point costs about half the solves this way)."""
+    concurrent_solves: int = Field(default=2, ge=1, le=64)
+    """Independent solves run at once where a request has several (the layouts of a comparison, sweep points, the
+    +10% budget re-solves). The solvers run in their own processes (CBC) or release the GIL (HiGHS, OR-Tools), so
+    two at once use both cores of a 2-core machine; 1 runs them one after another."""
     assumptions: ModelAssumptions = ModelAssumptions()
     """Pipeline-model assumptions used to evaluate options."""

@@ -25,6 +25,7 @@ from advisor.layouts import LAYOUT_COLORS, LAYOUT_NAMES, LAYOUTS, Outcome, best_
 from advisor.optimizer.compare import LayoutComparison, chip_vs_rack, compare_layouts
 from advisor.errors import InputError
 from advisor.operations import operating_thresholds
+from advisor.parallel import run_all
 from advisor.report.decisions import failure_rows, go_no_go, operating_glance
 from advisor.optimizer.groups import BUDGET_GROUPS
 from advisor.report import names
@@ -444,16 +445,29 @@ def sweep(kind: Literal["power", "tools"], factors: list[float], w: Workload, ra
     spent budget leaves hybrid points out rather than whole points; those are marked skipped."""
     deadline = time.perf_counter() + budget_s
     got: dict[float, dict[str, OptimizeResult]] = {f: {} for f in factors}
+    todo = []
     for lay in LAYOUTS:
         for f in factors:
             if abs(f - 1.0) < 1e-12:
                 got[f][lay] = next(r for r in base if r.layout == lay)
-            elif time.perf_counter() < deadline:
-                if kind == "power":
-                    w2, r2 = w, rack.model_copy(update={"power_kw": rack.power_kw * f})
-                else:
-                    w2, r2 = _scale_tools(w, f), rack
-                got[f][lay] = sweep_point(w2, r2, cat, lay, kw)
+            else:
+                todo.append((f, lay))
+
+    def point(item: tuple[float, str]) -> OptimizeResult | None:
+        f, lay = item
+        if time.perf_counter() >= deadline:  # a point not started within the budget is skipped
+            return None
+        if kind == "power":
+            w2, r2 = w, rack.model_copy(update={"power_kw": rack.power_kw * f})
+        else:
+            w2, r2 = _scale_tools(w, f), rack
+        return sweep_point(w2, r2, cat, lay, kw)
+
+    # the points are independent: solved side by side, in the order above (advisor/parallel.py)
+    settings = kw.get("settings") or OptimizerSettings()
+    for (f, lay), res in zip(todo, run_all(point, todo, settings.concurrent_solves)):
+        if res is not None:
+            got[f][lay] = res
     points = []
     for f in factors:
         res = got[f]
@@ -828,6 +842,9 @@ def _env() -> jinja2.Environment:
     return env
 
 
+SWEEP_DETAIL = "throughput"
+"""How much of each sweep point's answer is derived (OptimizerSettings.answer_detail): the charts read its tasks/h
+and status only, so the tie-break stages, failure figures and migration plan are left out."""
 COMPARE_SHARE = 0.7
 """Share of a report's search time the layout comparison may take (its answers are the report); the rest is left
 for the sensitivity sweeps and chip-vs-rack, which mark what they could not finish as skipped."""
@@ -886,6 +903,7 @@ def sensitivity_sweeps(x: ReportInputs, cmp: LayoutComparison) -> dict[str, dict
     t1 = time.perf_counter()
     skw = dict(x.solve_kwargs(), time_limit_s=min(x.req.sweep_time_limit_s, x.req.time_limit_s),
                deadline=x.clock, **brownfield_kwargs(x.req))
+    skw["settings"] = x.s.model_copy(update={"answer_detail": SWEEP_DETAIL})
     budget = min(x.req.sweep_budget_s, x.clock.remaining())
     sweeps = {"power": sweep("power", x.req.power_factors, x.w, x.rack, x.cat, cmp.results, skw, budget / 2)}
     left = budget - (time.perf_counter() - t1)

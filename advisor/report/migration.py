@@ -45,11 +45,11 @@ def brownfield_kwargs(req) -> dict[str, Any]:
 
 
 def sweep_point(workload, rack, catalog, layout: str, kw: dict) -> OptimizeResult:
-    """One sensitivity-sweep solve. With owned servers, a point whose budgets cannot hold them (less rack power)
-    or a layout that cannot (a CPU tier in layout b) is an infeasible point naming the fixed-server group."""
-    if "existing" not in kw:
-        return optimize(workload, rack, catalog, layout=layout, explain=False, **kw)
+    """One sensitivity-sweep solve. A point whose budgets cannot hold any candidate server (a legacy rack at half
+    its power cannot hold one GPU server), whose budgets cannot hold the owned servers, or whose layout cannot (a
+    CPU tier in layout b) is an infeasible point with the reason, not a failed report."""
     try:
         return optimize(workload, rack, catalog, layout=layout, explain=False, **kw)
     except InputError as e:
-        return not_a_candidate_result(layout, kw.get("backend", "cbc"), str(e))
+        group = "fixed_servers" if "existing" in kw else "candidates"
+        return not_a_candidate_result(layout, kw.get("backend", "cbc"), str(e), group=group)
