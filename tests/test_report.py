@@ -241,3 +241,26 @@ def test_no_internal_id_in_the_visible_report(which, request, tmp_path):
     assert len(spaces) == 1, spaces
     g = data["glance"]
     assert spaces == {(str(g["space_u"]), str(g["space_budget_u"]))}
+
+
+def test_skipped_sweep_points_are_said_and_not_concluded_from(tmp_path, monkeypatch):
+    """A sweep budget that runs out leaves points skipped: the caption concludes nothing about them and the CLI
+    says so on stderr (a user who reads only the terminal must not miss it)."""
+    from typer.testing import CliRunner
+
+    import advisor.requests
+    from advisor.cli.main import app
+
+    class TinySweepBudget(advisor.requests.ReportRequest):
+        sweep_budget_s: float = 1e-6
+
+    monkeypatch.setattr(advisor.requests, "ReportRequest", TinySweepBudget)
+    out = tmp_path / "r.html"
+    res = CliRunner().invoke(app, ["report", "--workload", "agent", "--rack", "r40", "--catalog", str(MINI),
+                                   "-o", str(out), "--json", str(tmp_path / "r.json")])
+    assert res.exit_code == 0, res.output
+    assert "sensitivity sweep point(s) not computed within the sweep time budget" in res.stderr
+    html = out.read_text()
+    fig = re.search(r'<figure class="chart" id="fig-sens-power">(.*?)</figure>', html, re.S).group(1)
+    assert "The best layout is the same at every point." not in fig
+    assert "were not computed within the sweep time budget, so nothing is concluded about them" in fig

@@ -103,6 +103,12 @@ def register(app: typer.Typer) -> None:
                 json_out.write_text(json.dumps(data, indent=2), encoding="utf-8")
         except OSError as e:
             fail(f"cannot write the report: {e.strerror or e} ({e.filename})")
+        skipped = [p for sw in (data.get("sensitivity") or {}).values() for p in sw.get("skipped", [])]
+        if skipped:  # the report says so too; a user who only reads the terminal must not miss it
+            budget = max(sw.get("budget_s", 0.0) for sw in data["sensitivity"].values())
+            err.print(f"warning: {len(skipped)} sensitivity sweep point(s) not computed within the sweep time "
+                      f"budget ({', '.join(skipped)}); the sweeps had {budget:.1f} s, what --time-limit left after "
+                      "the comparison (at most the request's sweep_budget_s)", highlight=False, soft_wrap=True)
         g = data["glance"]
         ratio = f", {g['ratio_vs_a']:.2f}x layout A" if g.get("ratio_vs_a") else ""
         out.print(f"layout {g['layout']}: {g['tasks_per_hour']:,.0f} tasks/h{ratio}; "

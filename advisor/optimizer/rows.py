@@ -207,8 +207,18 @@ def _maximal(mm: _Master, pat: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(cur)
 
 
-def _enumerate(mm: _Master, pi: dict[int, float], threshold: float, limit: int) -> list[tuple[int, ...]] | None:
-    """Every maximal rack pattern with sum_o pi_o n_o >= threshold (None if more than `limit`)."""
+class _OutOfTime(Exception):
+    """The exact completion's enumeration ran past the request's clock."""
+
+
+CLOCK_CHECK_NODES = 4096
+"""Enumeration nodes between two looks at the clock (a node costs microseconds; a look, under one)."""
+
+
+def _enumerate(mm: _Master, pi: dict[int, float], threshold: float, limit: int,
+               time_left: Callable[[], float] | None = None) -> list[tuple[int, ...]] | None:
+    """Every maximal rack pattern with sum_o pi_o n_o >= threshold (None if more than `limit`). Raises _OutOfTime
+    when `time_left()` reaches 0 first (the enumeration of a large row can take longer than its request)."""
     k = len(mm.options)
     val = [pi.get(i, 0.0) for i in mm.options]
     order = sorted(range(k), key=lambda j: -val[j])
@@ -239,7 +249,12 @@ def _enumerate(mm: _Master, pi: dict[int, float], threshold: float, limit: int) 
             best = min(best, ratio * max(0.0, cap))
         return 0.0 if best is math.inf else best
 
+    nodes = [0]
+
     def rec(pos: int, left: list[float], acc: float, loads: tuple = (), sw: int = 0) -> bool:
+        nodes[0] += 1
+        if time_left is not None and nodes[0] % CLOCK_CHECK_NODES == 0 and time_left() <= 0:
+            raise _OutOfTime
         if acc + rest_bound(pos, left) < threshold - 1e-12 * max(1.0, abs(threshold)):
             return True
         if pos == k:
@@ -369,8 +384,15 @@ def solve_row(b: Built, p: Problem, solve_master: Callable[[Built], Solution], s
             # obj <= z_LP + sum_p rc_p lambda_p (rc_p <= best - sigma for all p); the tie-broken optimum has
             # X >= found - tie_budget, so a pattern it uses has rc_p >= -(lagrange - found + tie_budget).
             window = (lagrange - found + tie_budget) * (1 + 1e-6)
-            more = _enumerate(mm, pi, sigma - window, enumeration_limit)
-            if more is not None:
+            try:
+                more = _enumerate(mm, pi, sigma - window, enumeration_limit, time_left)
+                out_of_time = False
+            except _OutOfTime:
+                more, out_of_time = None, True
+            if out_of_time:
+                notes.append("row patterns: the time limit stopped the enumeration that would close the remaining "
+                             "gap; the gap stays as reported")
+            elif more is not None:
                 enumerated = sum(_add_pattern(mm, q, p.racks) for q in more)
                 sol2 = solve_master(mm.built) if enumerated else sol
                 # the completed master's answer is at least as good in the lexicographic order; its X may sit up
