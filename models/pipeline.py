@@ -313,6 +313,7 @@ def resolve_groups(
     switch = rack_switch(rack, catalog) if rack is not None else None
     servings: dict[str, GpuServing] = {}
     groups: list[_Group] = []
+    profiles: dict[tuple, object] = {}  # a row repeats the same servers rack after rack: one profile per kind
     for i, g in enumerate(config.servers):
         where = f"servers[{i}]"
         try:
@@ -347,14 +348,17 @@ def resolve_groups(
         elif chassis.role == "gpu":
             raise InputError(f"{where}: chassis {chassis.id} is a GPU server; give gpu and gpus_per_server")
         try:
-            if rack is not None:
-                check_server_ports(chassis, rack, switch)
-            prof = server_profile(
-                chassis, cpu, gpu, g.gpus_per_server, g.orchestration_cores_per_gpu, workload,
-                servings.get(skey) if gpu else None, assumptions.host_os_reserved_memory_gb,
-                skey if gpu else None, assumptions.costs,
-                planning_power_fraction(chassis, rack) if rack is not None else 1.0,
-            )
+            kind = (chassis.id, cpu.id, gpu.id if gpu else None, g.gpus_per_server, g.orchestration_cores_per_gpu)
+            prof = profiles.get(kind)
+            if prof is None:
+                if rack is not None:
+                    check_server_ports(chassis, rack, switch)
+                prof = profiles[kind] = server_profile(
+                    chassis, cpu, gpu, g.gpus_per_server, g.orchestration_cores_per_gpu, workload,
+                    servings.get(skey) if gpu else None, assumptions.host_os_reserved_memory_gb,
+                    skey if gpu else None, assumptions.costs,
+                    planning_power_fraction(chassis, rack) if rack is not None else 1.0,
+                )
         except ValueError as e:
             raise InputError(f"{where}: {e}") from None
         if chassis.rack_scale_system and rack is not None:
@@ -1243,8 +1247,16 @@ def _serving_pools(gpu: _GpuPool, workload: Workload) -> list[ServingPool]:
 def rack_usage(groups: list[_Group], rack: Rack, n_racks: int, switch) -> list[RackUsage]:
     """Budgets used per rack: servers plus the top-of-rack switches their NIC ports need plus the reserved gear."""
     out: list[RackUsage] = []
+    by_rack: dict[int, list[_Group]] = {}
+    for g in groups:  # one pass: a row of a thousand racks has groups by the thousand
+        by_rack.setdefault(g.rack, []).append(g)
+    seen: dict[tuple, RackUsage] = {}
     for r in range(n_racks):
-        gs = [g for g in groups if g.rack == r]
+        gs = by_rack.get(r, [])
+        content = tuple(sorted((id(g.profile), g.count) for g in gs))
+        if content in seen:  # racks with the same servers use the same budgets (a row repeats its racks)
+            out.append(seen[content].model_copy(update={"rack": r}))
+            continue
         ports = sum(g.count * g.profile.chassis.network_ports for g in gs)
         k = switches_needed(ports, rack, switch)
         sw_w = k * switch.power_w if switch else 0.0
@@ -1274,6 +1286,7 @@ def rack_usage(groups: list[_Group], rack: Rack, n_racks: int, switch) -> list[R
                              weight_budget_kg=rack.max_weight_kg, switches=k, switch_power_w=sw_w,
                              network_ports=ports,
                              network_ports_available=k * (switch.ports - rack.uplinks_per_switch) if switch else 0))
+        seen[content] = out[-1]
     return out
 
 

@@ -117,7 +117,7 @@ def test_certificate_ceiling_matches_the_evaluator(seed):
     cfg = Configuration.model_validate(res.configuration)
     queues = {q.name: list(q.classes) for q in cfg.queues}
     checked = 0
-    for groups in [list(cfg.servers)] + neighbours(cfg, options, list(queues), layout):
+    for groups in [list(cfg.servers), *neighbours(cfg, options, list(queues), layout)]:
         if not groups or not fits(groups, options, inst.rack, 1, None):
             continue
         try:

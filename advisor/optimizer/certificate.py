@@ -18,7 +18,7 @@ the objective's terms) that much less. The optimizer adopts a better neighbour a
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from advisor.optimizer.options import ServerOption
 from models.base import Frozen
@@ -92,11 +92,13 @@ def _canonical(groups: list[ServerGroup]) -> list[ServerGroup]:
     return [merged[k] for k in sorted(merged, key=lambda k: (k[0], str(k[1:])))]
 
 
-def neighbours(cfg: Configuration, options: list[ServerOption], queues: list[str], layout: str) -> list[list[ServerGroup]]:
-    """Every neighbour's server groups, in a fixed order."""
+def neighbours(cfg: Configuration, options: list[ServerOption], queues: list[str], layout: str
+               ) -> Iterator[list[ServerGroup]]:
+    """Every neighbour's server groups, in a fixed order, one at a time (a row of many racks has groups by the
+    thousand, so building them all first could outlast the request's clock, which the caller checks between
+    neighbours)."""
     by_key = {_opt_key(o): o for o in options}
     groups = list(cfg.servers)
-    out: list[list[ServerGroup]] = []
 
     def with_(i: int, new: ServerGroup | None, extra: list[ServerGroup] = ()) -> list[ServerGroup]:
         gs = [g for j, g in enumerate(groups) if j != i] + ([new] if new is not None else []) + list(extra)
@@ -129,19 +131,19 @@ def neighbours(cfg: Configuration, options: list[ServerOption], queues: list[str
     keep = [i for i, g in enumerate(groups) if g.rack in reps]
     for i in keep:
         g = groups[i]
-        out.append(with_(i, g.model_copy(update={"count": g.count + 1})))
-        out.append(with_(i, g.model_copy(update={"count": g.count - 1})))
+        yield with_(i, g.model_copy(update={"count": g.count + 1}))
+        yield with_(i, g.model_copy(update={"count": g.count - 1}))
     for r in racks:
         for o in options:
             for new in fresh(o, r):
-                out.append(_canonical(groups + [new]))
+                yield _canonical(groups + [new])
     for i in keep:
         g = groups[i]
         for o in options:
             if _opt_key(o) == _grp_key(g):
                 continue
             for new in fresh(o, g.rack):
-                out.append(with_(i, g.model_copy(update={"count": g.count - 1}), [new]))
+                yield with_(i, g.model_copy(update={"count": g.count - 1}), [new])
     for i in keep:
         g = groups[i]
         for o in options:
@@ -159,7 +161,7 @@ def neighbours(cfg: Configuration, options: list[ServerOption], queues: list[str
             tot = sum(qc.values())
             if tot > tool and tot > 0:
                 qc = {q: c * tool / tot for q, c in qc.items()}
-            out.append(with_(i, g.model_copy(update={"cpu": pr.cpu.id, "gpu": pr.gpu.id if pr.gpu else None,
+            yield (with_(i, g.model_copy(update={"cpu": pr.cpu.id, "gpu": pr.gpu.id if pr.gpu else None,
                                                       "orchestration_cores_per_gpu": orch, "queue_cores": qc})))
     for i in keep:
         g = groups[i]
@@ -174,19 +176,18 @@ def neighbours(cfg: Configuration, options: list[ServerOption], queues: list[str
                     # orchestration -> queue q, and back
                     per_gpu = step / pr.gpus
                     if g.orchestration_cores_per_gpu - per_gpu >= _engine_floor_per_gpu(o) - 1e-12:
-                        out.append(with_(i, g.model_copy(update={
+                        yield (with_(i, g.model_copy(update={
                             "orchestration_cores_per_gpu": g.orchestration_cores_per_gpu - per_gpu,
                             "queue_cores": {**qc, q: qc.get(q, 0.0) + step}})))
                     if qc.get(q, 0.0) >= step and g.orchestration_cores_per_gpu + per_gpu <= pr.cores / pr.gpus:
-                        out.append(with_(i, g.model_copy(update={
+                        yield (with_(i, g.model_copy(update={
                             "orchestration_cores_per_gpu": g.orchestration_cores_per_gpu + per_gpu,
                             "queue_cores": {**qc, q: qc[q] - step}})))
             for q1 in queues:
                 for q2 in queues:
                     if q1 != q2 and qc.get(q1, 0.0) >= step:
-                        out.append(with_(i, g.model_copy(update={
+                        yield (with_(i, g.model_copy(update={
                             "queue_cores": {**qc, q1: qc[q1] - step, q2: qc.get(q2, 0.0) + step}})))
-    return out
 
 
 def fits(groups: list[ServerGroup], options: list[ServerOption], rack: Rack, racks: int,

@@ -559,11 +559,12 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
         return prices
     duals = lp[1]
     groups = [g for g in BUDGET_GROUPS if any(c.group == g for c in b.model.constraints)]
+    what_if_clock = clock.within(max(0.0, clock.remaining()) * s.explain_time_share)
 
     def what_it_takes(g: str) -> str | None:
         """Re-solve with budget `g` 10% larger (the gain a planner gets for it)."""
         cons = [c for c in b.model.constraints if c.group == g]
-        if not (explain_resolve and x_best > 0 and cons[0].rhs > 0 and not clock.no_time()):
+        if not (explain_resolve and x_best > 0 and cons[0].rhs > 0 and not what_if_clock.no_time()):
             return None
         m = LinearModel("what_if", _without_count_bounds(b),
                         [c if c.group != g else type(c)(c.name, c.group, c.terms, c.sense, c.rhs * 1.1)
@@ -572,10 +573,10 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
             gcap = gpu_capacity_terms(b, p)
             m1 = m.copy()
             m1.objective = gcap
-            s1 = solve(m1, backend, clock.left(), s.mip_gap)
+            s1 = solve(m1, backend, what_if_clock.left(), s.mip_gap)
             if s1.has_solution:
                 m.add("gpu_first", "gpu_first", gcap, ">=", s1.objective * (1 - s.throughput_tie_tolerance) - 1e-6)
-        sol = solve(m, backend, clock.left(), s.mip_gap)
+        sol = solve(m, backend, what_if_clock.left(), s.mip_gap)
         if not sol.has_solution:
             return None
         sol = polish(m, sol, [({b.x: 1.0}, True)])  # X in full precision (CBC prints 8 digits)

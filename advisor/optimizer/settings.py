@@ -62,6 +62,11 @@ class OptimizerSettings(Input):
     layout_fit_share_tolerance: float = Field(default=1e-3, gt=0, lt=0.1)
     """Bisection on the tool-work scale stops when the flip's tool share is known to this absolute fraction (0.1
     percentage point: the answer quotes it to whole percent)."""
+    explain_time_share: float = Field(default=0.5, gt=0, le=1)
+    """Most of what the search leaves on the clock that the "+10% of each budget" re-solves may take (they run side
+    by side, each to this share's end). They explain the answer; the certificate, the operating point and the
+    failure figures that follow are part of it, so they keep the rest. A re-solve that does not finish in time
+    leaves its sentence out (a row of a thousand racks is re-solved whole, which seldom fits)."""
     answer_detail: Literal["full", "throughput"] = "full"
     """How much of an answer to derive. "full": the throughput optimum, then least power, least cost and the
     option ranks among its ties (a canonical answer), its failure figures and, for owned servers, the migration

@@ -10,6 +10,7 @@ import time
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
+from scipy.sparse import coo_matrix
 
 from advisor import cancel
 from advisor.solver.linear import LinearModel, Solution
@@ -80,26 +81,32 @@ def lp(model: LinearModel, objective: dict[str, float], return_x: bool = False):
     c = np.zeros(len(names))
     for k, a in objective.items():
         c[col[k]] = -a
-    a_ub, b_ub, ub_names, a_eq, b_eq, eq_names = [], [], [], [], [], []
+    # sparse rows: a row of a thousand racks has tens of thousands of columns and rows, a few terms each
+    ub = ([], [], [], [], [])  # row index, column, value, rhs, name
+    eq = ([], [], [], [], [])
     for con in model.constraints:
-        row = np.zeros(len(names))
+        sign, part = (1.0, eq) if con.sense == "==" else ((1.0, ub) if con.sense == "<=" else (-1.0, ub))
+        r = len(part[3])
         for k, a in con.terms.items():
-            row[col[k]] = a
-        if con.sense == "==":
-            a_eq.append(row), b_eq.append(con.rhs), eq_names.append(con.name)
-        elif con.sense == "<=":
-            a_ub.append(row), b_ub.append(con.rhs), ub_names.append(con.name)
-        else:
-            a_ub.append(-row), b_ub.append(-con.rhs), ub_names.append((con.name, -1))
+            part[0].append(r), part[1].append(col[k]), part[2].append(sign * a)
+        part[3].append(sign * con.rhs)
+        part[4].append(con.name if con.sense != ">=" else (con.name, -1))
+
+    def matrix(part):
+        if not part[3]:
+            return None
+        return coo_matrix((part[2], (part[0], part[1])), shape=(len(part[3]), len(names))).tocsr()
+
+    ub_names = ub[4]
     bounds = [(v.lb, v.ub) for v in model.vars.values()]
-    res = linprog(c, A_ub=np.array(a_ub) if a_ub else None, b_ub=b_ub or None,
-                  A_eq=np.array(a_eq) if a_eq else None, b_eq=b_eq or None, bounds=bounds, method="highs")
+    res = linprog(c, A_ub=matrix(ub), b_ub=ub[3] or None, A_eq=matrix(eq), b_eq=eq[3] or None, bounds=bounds,
+                  method="highs")
     if res.status != 0:
         return None
     if return_x:
         return -float(res.fun), dict(zip(names, (float(v) for v in res.x)))
     duals = {}
-    for nm, mu in zip(ub_names, res.ineqlin.marginals if a_ub else []):
+    for nm, mu in zip(ub_names, res.ineqlin.marginals if ub_names else []):
         duals[nm if isinstance(nm, str) else nm[0]] = -float(mu)  # >= 0: objective gained per unit of rhs
     return -float(res.fun), duals
 
