@@ -17,6 +17,7 @@ the objective's terms) that much less. The optimizer adopts a better neighbour a
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterator
 
@@ -92,21 +93,48 @@ def _canonical(groups: list[ServerGroup]) -> list[ServerGroup]:
     return [merged[k] for k in sorted(merged, key=lambda k: (k[0], str(k[1:])))]
 
 
+class _Neighbour(list):
+    """A neighbour's server groups; `rack` is the one rack it changes (the other racks' groups are the answer's own
+    objects), so `fits` need only check that rack's budgets."""
+
+    def __init__(self, groups: list[ServerGroup], rack: int, lo: int, hi: int, base: _Base | None = None):
+        super().__init__(groups)
+        self.rack, self.lo, self.hi, self.base = rack, lo, hi, base
+        """The rack changed, where its groups lie in the list, and the answer's groups it changes."""
+
+
 def neighbours(cfg: Configuration, options: list[ServerOption], queues: list[str], layout: str
                ) -> Iterator[list[ServerGroup]]:
     """Every neighbour's server groups, in a fixed order, one at a time (a row of many racks has groups by the
     thousand, so building them all first could outlast the request's clock, which the caller checks between
     neighbours)."""
     by_key = {_opt_key(o): o for o in options}
-    groups = list(cfg.servers)
+    # Canonical groups sort by rack first, so each rack's groups are one block and a neighbour (which changes one
+    # rack) is the other racks' groups as they are around its rack's block made canonical again: the same list as
+    # canonicalizing the whole, without sorting a row of a thousand racks for each neighbour.
+    groups = _Base(_canonical(list(cfg.servers)))
+    block: dict[int, tuple[int, int]] = {}
+    for j, g in enumerate(groups):
+        block[g.rack] = (block.get(g.rack, (j, j))[0], j + 1)
+    first_of: dict[tuple, ServerGroup] = {}
+    for g in groups:
+        first_of.setdefault(_grp_key(g), g)
+
+    def in_rack(r: int, added: list[ServerGroup], without: int | None = None) -> list[ServerGroup]:
+        """The neighbour whose rack `r` holds its groups but `without` (an index) plus `added`."""
+        if r in block:
+            lo, hi = block[r]
+        else:  # an empty rack: its block goes where the rack order puts it
+            lo = hi = next((j for j, g in enumerate(groups) if g.rack > r), len(groups))
+        mine = _canonical([groups[j] for j in range(lo, hi) if j != without] + added)
+        return _Neighbour(groups[:lo] + mine + groups[hi:], r, lo, lo + len(mine), groups)
 
     def with_(i: int, new: ServerGroup | None, extra: list[ServerGroup] = ()) -> list[ServerGroup]:
-        gs = [g for j, g in enumerate(groups) if j != i] + ([new] if new is not None else []) + list(extra)
-        return _canonical(gs)
+        return in_rack(groups[i].rack, ([new] if new is not None else []) + list(extra), without=i)
 
     def fresh(o: ServerOption, rack: int) -> list[ServerGroup]:
         pr = o.profile
-        same = next((g for g in groups if _grp_key(g) == _opt_key(o)), None)
+        same = first_of.get(_opt_key(o))
         if same is not None:
             return [same.model_copy(update={"count": 1, "rack": rack})]
         out_ = []
@@ -136,7 +164,7 @@ def neighbours(cfg: Configuration, options: list[ServerOption], queues: list[str
     for r in racks:
         for o in options:
             for new in fresh(o, r):
-                yield _canonical(groups + [new])
+                yield in_rack(r, [new])
     for i in keep:
         g = groups[i]
         for o in options:
@@ -190,40 +218,74 @@ def neighbours(cfg: Configuration, options: list[ServerOption], queues: list[str
                             "queue_cores": {**qc, q1: qc[q1] - step, q2: qc.get(q2, 0.0) + step}})))
 
 
-def fits(groups: list[ServerGroup], options: list[ServerOption], rack: Rack, racks: int,
-         capital_budget_usd: float | None) -> bool:
-    """Every group is a candidate option with at least its serving engines' host cores (the MILP's engine_cores
-    group), every rack within its budgets, the capital budget kept."""
+class Usage(Frozen):
+    """Budget use per rack of a list of server groups (what `fits` checks), kept for the neighbours of one answer."""
+
+    per_rack: dict[int, tuple[float, float, float, float]]
+    """Power, air heat, liquid heat (W) and space (U) per rack."""
+    capital_per_rack_usd: dict[int, float]
+    valid: bool
+    """Every group a candidate within the row with its engines' host cores."""
+
+
+def usage(groups: list[ServerGroup], options: list[ServerOption], racks: int) -> Usage:
     by_key = {_opt_key(o): o for o in options}
     use: dict[int, list[float]] = {}
-    capital = 0.0
+    capital: dict[int, float] = {}
+    valid = True
     for g in groups:
         o = by_key.get(_grp_key(g))
         if o is None or g.rack >= racks:
-            return False
+            valid = False
+            break
         pr = o.profile
         if pr.gpus and g.orchestration_cores_per_gpu < _engine_floor_per_gpu(o) - 1e-9:
-            return False  # not buildable: the engines would lack their host cores
+            valid = False  # not buildable: the engines would lack their host cores
+            break
         u = use.setdefault(g.rack, [0.0, 0.0, 0.0, 0.0])
         for j, v in enumerate((pr.power_w, pr.air_heat_w, pr.liquid_heat_w, pr.space_u)):
             u[j] += g.count * v
-        capital += g.count * (pr.price_usd or 0.0)
+        capital[g.rack] = capital.get(g.rack, 0.0) + g.count * (pr.price_usd or 0.0)
+    return Usage(per_rack={r: tuple(u) for r, u in use.items()}, capital_per_rack_usd=capital, valid=valid)
+
+
+def fitting_usage(groups: list[ServerGroup], options: list[ServerOption], rack: Rack, racks: int) -> Usage | None:
+    """The usage of groups that are valid and within every rack's budgets (None otherwise)."""
+    u = usage(groups, options, racks)
+    return u if u.valid and all(_within(x, rack) for x in u.per_rack.values()) else None
+
+
+def _within(u, rack: Rack) -> bool:
     cap = (rack.usable_power_w, rack.air_cooling_kw * 1000 - rack.reserved_power_w, rack.liquid_cooling_kw * 1000,
            rack.usable_u)
-    for u in use.values():
-        if any(x > c * (1 + 1e-12) + 1e-9 for x, c in zip(u, cap)):
+    return not any(x > c * (1 + 1e-12) + 1e-9 for x, c in zip(u, cap))
+
+
+def fits(groups: list[ServerGroup], options: list[ServerOption], rack: Rack, racks: int,
+         capital_budget_usd: float | None, base: Usage | None = None) -> bool:
+    """Every group is a candidate option with at least its serving engines' host cores (the MILP's engine_cores
+    group), every rack within its budgets, the capital budget kept. `base`: the usage of the answer whose neighbour
+    `groups` is, when that answer fits (`fitting_usage`): then only the neighbour's changed rack needs checking."""
+    if base is not None and isinstance(groups, _Neighbour):
+        part = usage(groups[groups.lo:groups.hi], options, racks)
+        if not part.valid or not _within(part.per_rack.get(groups.rack, (0.0,) * 4), rack):
             return False
+        capital = (sum(base.capital_per_rack_usd.values()) - base.capital_per_rack_usd.get(groups.rack, 0.0)
+                   + part.capital_per_rack_usd.get(groups.rack, 0.0))
+        return capital_budget_usd is None or capital <= capital_budget_usd * (1 + 1e-12)
+    u = usage(groups, options, racks)
+    if not u.valid or not all(_within(x, rack) for x in u.per_rack.values()):
+        return False
+    capital = sum(u.capital_per_rack_usd.values())
     return capital_budget_usd is None or capital <= capital_budget_usd * (1 + 1e-12)
 
 
-def ceiling_tasks_per_hour(groups: list[ServerGroup], options: list[ServerOption], workload: Workload,
-                           queues: dict[str, list[str]], servings: dict[str, GpuServing]) -> float:
-    """The evaluator's sustainable throughput without the tail-wait, sandbox-disk and I/O bounds (so at least the
-    evaluator's; equal to it when those do not bind): GPU
-    serving (per server the smaller of GPU and orchestration capacity), each queue's tool cores and each queue's
-    sandbox memory with calls routed in proportion to capacity, as models/pipeline.py `evaluate` computes them
-    (tests/test_exact_memory.py checks the two agree). Cheap: screens neighbours before a full evaluation."""
-    by_key = {_opt_key(o): o for o in options}
+_Sums = tuple[dict[str, float], dict[str, float], dict[str, float], dict[str, float]]
+
+
+def _capacities(groups: list[ServerGroup], by_key: dict, queues: list[str]) -> _Sums:
+    """GPU serving capacity per serving kind (tasks/s), and per queue its cores, reference-core capacity and
+    sandbox memory (GB)."""
     cap: dict[str, float] = {}
     qcores: dict[str, float] = dict.fromkeys(queues, 0.0)
     qcap = dict(qcores)
@@ -244,6 +306,58 @@ def ceiling_tasks_per_hour(groups: list[ServerGroup], options: list[ServerOption
                 qcores[q] += g.count * c
                 qcap[q] += g.count * c * pr.per_core_perf
                 qmem[q] += g.count * c * pr.memory_per_core_gb
+    return cap, qcores, qcap, qmem
+
+
+def _plus(a: _Sums, b: _Sums) -> _Sums:
+    out = []
+    for x, y in zip(a, b):
+        z = dict(x)
+        for k, v in y.items():
+            z[k] = z.get(k, 0.0) + v
+        out.append(z)
+    return tuple(out)
+
+
+class _Base(list):
+    """An answer's canonical groups, with the capacities of the racks before and after each rack summed once (so a
+    neighbour's ceiling costs its own rack, not the row)."""
+
+    def around(self, rack: int, by_key: dict, queues: list[str]) -> tuple[_Sums, _Sums]:
+        if getattr(self, "_prefix", None) is None:
+            racks = sorted({g.rack for g in self})
+            blocks = {r: [] for r in racks}
+            for g in self:
+                blocks[g.rack].append(g)
+            empty = ({}, dict.fromkeys(queues, 0.0), dict.fromkeys(queues, 0.0), dict.fromkeys(queues, 0.0))
+            sums = [_capacities(blocks[r], by_key, queues) for r in racks]
+            prefix = [empty]
+            for x in sums:
+                prefix.append(_plus(prefix[-1], x))
+            suffix = [empty]
+            for x in reversed(sums):
+                suffix.append(_plus(x, suffix[-1]))
+            self._racks, self._prefix, self._suffix = racks, prefix, suffix[::-1]
+        i = bisect.bisect_left(self._racks, rack)
+        j = i + 1 if i < len(self._racks) and self._racks[i] == rack else i
+        return self._prefix[i], self._suffix[j]
+
+
+def ceiling_tasks_per_hour(groups: list[ServerGroup], options: list[ServerOption], workload: Workload,
+                           queues: dict[str, list[str]], servings: dict[str, GpuServing]) -> float:
+    """The evaluator's sustainable throughput without the tail-wait, sandbox-disk and I/O bounds (so at least the
+    evaluator's; equal to it when those do not bind): GPU
+    serving (per server the smaller of GPU and orchestration capacity), each queue's tool cores and each queue's
+    sandbox memory with calls routed in proportion to capacity, as models/pipeline.py `evaluate` computes them
+    (tests/test_exact_memory.py checks the two agree). Cheap: screens neighbours before a full evaluation."""
+    by_key = {_opt_key(o): o for o in options}
+    if isinstance(groups, _Neighbour) and groups.base is not None:
+        # the other racks' capacities come summed from the answer's (a row of a thousand racks, one rack changed)
+        before, after = groups.base.around(groups.rack, by_key, list(queues))
+        cap, qcores, qcap, qmem = _plus(_plus(before, _capacities(groups[groups.lo:groups.hi], by_key,
+                                                                  list(queues))), after)
+    else:
+        cap, qcores, qcap, qmem = _capacities(groups, by_key, list(queues))
     total = sum(cap.values())
     llm = any(isinstance(st, GpuStage) for c in workload.classes for st in c.stages)
     out = [total] if llm else []
@@ -287,11 +401,12 @@ def search(cfg: Configuration, value: Callable[[Evaluation], float], evaluate: C
     while True:
         base = value(current)
         count, best, best_gain, complete = 0, None, None, True
+        base = fitting_usage(cfg.servers, options, rack, cfg.racks)
         for groups in neighbours(cfg, options, queues, layout):
             if expired():
                 complete = False
                 break
-            if not groups or not fits(groups, options, rack, cfg.racks, capital_budget_usd):
+            if not groups or not fits(groups, options, rack, cfg.racks, capital_budget_usd, base):
                 continue
             if promising is not None and not promising(groups, current):
                 count += 1

@@ -124,14 +124,18 @@ def _case(loss: str, detail: str, cfg: Configuration | None, w: Workload, rack: 
 
 
 def _server_loss(loss: str, pool: list[tuple], spare: tuple | None, active: Configuration, w: Workload, rack: Rack,
-                 catalog: Catalog, a: ModelAssumptions, intact_op: float, intact_x: float) -> LossCase:
-    """`spare`: the kind of this pool's spares (None: no spare left in the pool)."""
+                 catalog: Catalog, a: ModelAssumptions, intact_op: float, intact_x: float,
+                 expired: Callable[[], bool] | None = None) -> LossCase:
+    """`spare`: the kind of this pool's spares (None: no spare left in the pool). `expired`: the request's clock
+    (kinds not yet evaluated when it runs out are left out, and the case says so)."""
     if not pool:
         what = "GPU servers" if loss == "one GPU server" else "CPU-only nodes (tools run on the GPU servers' cores)"
         return LossCase(loss=loss, detail=f"the answer has no {what}", sustainable_tasks_per_hour=None,
                         operating_tasks_per_hour=None, fraction_of_intact=None, planned_arrivals_served=None)
     cases = []
     for k in pool:
+        if expired is not None and expired():
+            break
         name = describe(k, 1).removeprefix("1x ")
         if spare == k:
             cases.append(LossCase(loss=loss, detail=f"{name} fails and a spare of its kind takes its place",
@@ -145,9 +149,16 @@ def _server_loss(loss: str, pool: list[tuple], spare: tuple | None, active: Conf
             after = after.model_copy(update={"servers": [*after.servers, *_one(active, spare)]})
             detail += f" and a spare {describe(spare, 1).removeprefix('1x ')} serves in its place"
         cases.append(_case(loss, detail, after, w, rack, catalog, a, intact_op))
+    if not cases:
+        return LossCase(loss=loss, detail=f"not computed: the request's time limit ran out before the {len(pool)} "
+                                          "kinds could be evaluated", sustainable_tasks_per_hour=None,
+                        operating_tasks_per_hour=None, fraction_of_intact=None, planned_arrivals_served=None)
     worst = min(cases, key=lambda c: (c.sustainable_tasks_per_hour if c.sustainable_tasks_per_hour is not None
                                       else 0.0, c.operating_tasks_per_hour or 0.0))
-    if len(cases) > 1:
+    if len(cases) < len(pool):
+        worst = worst.model_copy(update={"detail": worst.detail + f" (the worst of the {len(cases)} of {len(pool)} "
+                                                                  "kinds evaluated before the time limit ran out)"})
+    elif len(cases) > 1:
         worst = worst.model_copy(update={"detail": worst.detail + f" (the worst of {len(cases)} kinds to lose)"})
     return worst
 
@@ -191,7 +202,8 @@ def _feed_loss(active: Configuration, res_power_by_rack: dict[int, float], warni
 
 
 def failures(res: OptimizeResult, w: Workload, rack: Rack, catalog: Catalog, a: ModelAssumptions,
-             spares: int = 0, reserved: dict[tuple, int] | None = None) -> Failures | None:
+             spares: int = 0, reserved: dict[tuple, int] | None = None,
+             expired: Callable[[], bool] | None = None) -> Failures | None:
     """The loss cases of the optimizer's answer with its spares (None without an answer): `reserved` the spare kinds
     bought besides the answer (kind: servers in the row), else `spares` servers of each pool held back from it."""
     if not res.configuration or res.evaluation is None or res.operating is None:
@@ -221,8 +233,10 @@ def failures(res: OptimizeResult, w: Workload, rack: Rack, catalog: Catalog, a: 
         x, op = res.throughput_tasks_per_hour, res.operating.operating_tasks_per_hour
     power = {ru.rack: ru.power_w for ru in res.evaluation.racks}
     cases = [
-        _server_loss("one GPU server", gpu_pool, spare_kind.get(id(gpu_pool)), active, w, rack, catalog, a, op, x),
-        _server_loss("one CPU node", cpu_pool, spare_kind.get(id(cpu_pool)), active, w, rack, catalog, a, op, x),
+        _server_loss("one GPU server", gpu_pool, spare_kind.get(id(gpu_pool)), active, w, rack, catalog, a, op, x,
+                     expired),
+        _server_loss("one CPU node", cpu_pool, spare_kind.get(id(cpu_pool)), active, w, rack, catalog, a, op, x,
+                     expired),
         _feed_loss(active, power, res.evaluation.warnings, w, rack, catalog, a, op, x),
     ]
     listed = reserved if reserved is not None else held
@@ -329,6 +343,6 @@ def optimize_with_spares(optimize: Callable[..., OptimizeResult], workload: Work
 
 
 def with_failures(res: OptimizeResult, w: Workload, rack: Rack, catalog: Catalog, a: ModelAssumptions,
-                  spares: int = 0) -> OptimizeResult:
-    f = failures(res, w, rack, catalog, a, spares)
+                  spares: int = 0, expired: Callable[[], bool] | None = None) -> OptimizeResult:
+    f = failures(res, w, rack, catalog, a, spares, expired=expired)
     return res if f is None else res.model_copy(update={"failures": f})

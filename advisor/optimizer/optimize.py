@@ -23,7 +23,7 @@ from advisor.solver import LinearModel, Solution, Var, solve
 from advisor.optimizer.objectives import TCO_OBJECTIVES, solve_tco
 from advisor.parallel import run_all
 from advisor.optimizer.failures import Failures, optimize_with_spares, with_failures
-from advisor.optimizer.operating import OperatingFigure, optimize_operating, with_operating
+from advisor.optimizer.operating import BISECTION_STEPS, OperatingFigure, optimize_operating, with_operating
 from models.base import Frozen
 from models.catalog import Catalog
 from models.config import Configuration, OperatingPoint, Queue, ServerGroup
@@ -566,9 +566,13 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
         cons = [c for c in b.model.constraints if c.group == g]
         if not (explain_resolve and x_best > 0 and cons[0].rhs > 0 and not what_if_clock.no_time()):
             return None
-        m = LinearModel("what_if", _without_count_bounds(b),
-                        [c if c.group != g else type(c)(c.name, c.group, c.terms, c.sense, c.rhs * 1.1)
-                         for c in b.model.constraints], {b.x: 1.0}, True)
+        cons_1 = [c if c.group != g else type(c)(c.name, c.group, c.terms, c.sense, c.rhs * WHAT_IF_FACTOR)
+                  for c in b.model.constraints]
+        if p.racks > 1 and layout != "a":
+            aggregates, x_more = _row_what_if(b, p, cons_1, backend, s, what_if_clock)
+            if aggregates:
+                return said(g, x_more)
+        m = LinearModel("what_if", _without_count_bounds(b), cons_1, {b.x: 1.0}, True)
         if layout == "a":
             gcap = gpu_capacity_terms(b, p)
             m1 = m.copy()
@@ -580,7 +584,13 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
         if not sol.has_solution:
             return None
         sol = polish(m, sol, [({b.x: 1.0}, True)])  # X in full precision (CBC prints 8 digits)
-        gain = sol.values[b.x] - x_best
+        return said(g, sol.values[b.x])
+
+    def said(g: str, x_more: float | None) -> str | None:
+        if x_more is None:
+            return None
+        cons = [c for c in b.model.constraints if c.group == g]
+        gain = x_more - x_best
         gain = 0.0 if abs(gain) <= 1e-9 * x_best else gain  # not "-0 tasks/h" for rounding noise
         scale, label_unit = _price_unit(g)
         return (f"+10% {g} ({cons[0].rhs * 0.1 / scale:,.1f} {label_unit}"
@@ -595,6 +605,35 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
         scale, label_unit = _price_unit(g)
         prices.append(ShadowPrice(group=g, tasks_per_hour_per_unit=dual * scale, unit=label_unit, what_it_takes=t))
     return prices
+
+
+WHAT_IF_FACTOR = 1.1
+"""The "what it takes" re-solves raise one budget by this factor (+10%)."""
+
+
+def _row_what_if(b: Built, p: Problem, constraints: list, backend: str, s: OptimizerSettings,
+                 clock: Deadline) -> tuple[bool, float | None]:
+    """The row's X with one budget raised, by the rack-pattern search the row itself was solved with (a row of a
+    thousand racks is a MILP of tens of thousands of variables; its patterns are one rack's). Returns whether the
+    row aggregates into patterns (else the caller solves the row MILP) and X (None: no answer on the clock)."""
+    from advisor.optimizer.rows import polish, solve_row
+
+    # A count bound comes from the budgets (the most that fit one rack), so one budget x WHAT_IF_FACTOR allows at
+    # most that factor times (bound + 1) servers; the pattern search needs a finite bound.
+    counts = set(b.n.values()) | set(b.k.values())
+    vars_ = {k: (Var(v.name, v.lb, math.ceil(WHAT_IF_FACTOR * (v.ub + 1)), v.integer)
+                 if k in counts and v.ub is not None else v) for k, v in b.model.vars.items()}
+    m = LinearModel("what_if", vars_, constraints, {b.x: 1.0}, True, b.model.check_group)
+
+    def master(agg: Built) -> Solution:
+        sol = solve(agg.model, backend, clock.left(), s.mip_gap)
+        return polish(agg.model, sol, [({b.x: 1.0}, True)])  # X in full precision (CBC prints 8 digits)
+
+    res = solve_row(replace(b, model=m), p, master, [], clock.remaining, s.mip_gap, s.row_pattern_iterations,
+                    s.row_pattern_enumeration_limit, 0.0)
+    if res is None:
+        return False, None
+    return True, res.solution.values[b.x] if res.solution.has_solution else None
 
 
 def _price_unit(group: str) -> tuple[float, str]:
@@ -794,7 +833,7 @@ def optimize(
     result = with_operating(result, workload, rack, catalog, s.assumptions)
     if s.answer_detail == "throughput" and spares == 0:
         return result
-    return with_failures(result, workload, rack, catalog, s.assumptions, spares)
+    return with_failures(result, workload, rack, catalog, s.assumptions, spares, expired=full.expired)
 
 
 @dataclass(frozen=True)
@@ -1183,9 +1222,13 @@ def _certify(result: OptimizeResult, p: Problem, options: list[ServerOption], la
         finally:
             slowest[0] = max(slowest[0], time.perf_counter() - t)
 
+    # what follows the certificate evaluates the answer too: its operating figure (a bisection on the arrival rate)
+    # and, per kind of server, the answer with one lost. Leave them their evaluations' worth of the clock.
+    kinds = len({(g.chassis, g.cpu, g.gpu, g.gpus_per_server) for g in cfg.servers})
+    after = (BISECTION_STEPS + 2) * (kinds + 2)
     cfg2, ev2, cert = local_search(
         cfg, value, timed, options, p.rack, capital_budget_usd, layout, s.certificate_min_gain,
-        s.certificate_steps, lambda: clock.remaining() <= 2 * slowest[0], ev0, promising)
+        s.certificate_steps, lambda: clock.remaining() <= (2 + after) * slowest[0], ev0, promising)
     if not cert.adopted:
         return result.model_copy(update={"certificate": cert, "seconds": time.perf_counter() - t0})
     choices = []
