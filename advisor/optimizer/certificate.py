@@ -401,12 +401,12 @@ def search(cfg: Configuration, value: Callable[[Evaluation], float], evaluate: C
     while True:
         base = value(current)
         count, best, best_gain, complete = 0, None, None, True
-        base = fitting_usage(cfg.servers, options, rack, cfg.racks)
+        used = fitting_usage(cfg.servers, options, rack, cfg.racks)
         for groups in neighbours(cfg, options, queues, layout):
             if expired():
                 complete = False
                 break
-            if not groups or not fits(groups, options, rack, cfg.racks, capital_budget_usd, base):
+            if not groups or not fits(groups, options, rack, cfg.racks, capital_budget_usd, used):
                 continue
             if promising is not None and not promising(groups, current):
                 count += 1
