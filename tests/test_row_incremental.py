@@ -87,7 +87,7 @@ def test_capital_budget_in_the_fast_path():
 def _gains(res) -> dict[str, float | None]:
     out = {}
     for p in res.shadow_prices:
-        m = re.search(r"gives ([+-][\d,]+) tasks/h", p.what_it_takes or "")
+        m = re.search(r"gives (?:at least )?([+-][\d,]+) tasks/h", p.what_it_takes or "")
         out[p.group] = float(m.group(1).replace(",", "")) if m else None
     return out
 
@@ -109,12 +109,27 @@ def test_row_what_if_by_patterns_beats_the_row_milp(monkeypatch):
     weight, while proving nothing after 300 s on two racks)."""
     cat, w, r, _, _, _ = _row()
     by_patterns = _gains(optimize(w, r, cat, layout="b", racks=RACKS, certify=False))
-    monkeypatch.setattr(optimize_module, "_row_what_if", lambda *a, **k: (False, None))
+    monkeypatch.setattr(optimize_module, "_row_what_if", lambda *a, **k: (False, None, False))
     by_milp = _gains(optimize(w, r, cat, layout="b", racks=RACKS, certify=False))
     assert by_patterns.keys() == by_milp.keys()
     for g, v in by_milp.items():
         if v is not None:
             assert by_patterns[g] >= v - 1, (g, by_patterns, by_milp)
+
+
+def test_unproven_what_if_says_at_least(monkeypatch):
+    """A +10% re-solve cut off by its clock gives a lower bound on the gain: the sentence says "at least", and never
+    a loss (the answer itself stays within the larger budget). A proven one states its gain as it is."""
+    cat, w, r, res, _, _ = _row()
+    base = res.predicted_tasks_per_hour
+    for x_more, proven, says in ((base - 50.0, False, "at least +0 tasks/h"),
+                                 (base + 120.0, False, "at least +120 tasks/h"),
+                                 (base + 120.0, True, "gives +120 tasks/h")):
+        monkeypatch.setattr(optimize_module, "_row_what_if", lambda *a, _x=x_more, _p=proven, **k: (True, _x, _p))
+        res = optimize(w, r, cat, layout="b", racks=RACKS, certify=False)
+        assert res.shadow_prices and all(says in (p.what_it_takes or "") for p in res.shadow_prices), \
+            [p.what_it_takes for p in res.shadow_prices]
+        assert all(("time limit" in p.what_it_takes) != proven for p in res.shadow_prices)
 
 
 def test_loss_cases_keep_to_the_clock():

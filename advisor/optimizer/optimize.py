@@ -569,9 +569,9 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
         cons_1 = [c if c.group != g else type(c)(c.name, c.group, c.terms, c.sense, c.rhs * WHAT_IF_FACTOR)
                   for c in b.model.constraints]
         if p.racks > 1 and layout != "a":
-            aggregates, x_more = _row_what_if(b, p, cons_1, backend, s, what_if_clock)
+            aggregates, x_more, proven = _row_what_if(b, p, cons_1, backend, s, what_if_clock)
             if aggregates:
-                return said(g, x_more)
+                return said(g, x_more, proven)
         m = LinearModel("what_if", _without_count_bounds(b), cons_1, {b.x: 1.0}, True)
         if layout == "a":
             gcap = gpu_capacity_terms(b, p)
@@ -584,18 +584,24 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
         if not sol.has_solution:
             return None
         sol = polish(m, sol, [({b.x: 1.0}, True)])  # X in full precision (CBC prints 8 digits)
-        return said(g, sol.values[b.x])
+        return said(g, sol.values[b.x], sol.status == "optimal")
 
-    def said(g: str, x_more: float | None) -> str | None:
+    def said(g: str, x_more: float | None, proven: bool) -> str | None:
         if x_more is None:
             return None
         cons = [c for c in b.model.constraints if c.group == g]
+        if not proven:
+            # the answer itself stays within the larger budget, so an unproven re-solve's gain is a lower bound,
+            # and never below zero
+            x_more = max(x_more, x_best)
         gain = x_more - x_best
         gain = 0.0 if abs(gain) <= 1e-9 * x_best else gain  # not "-0 tasks/h" for rounding noise
         scale, label_unit = _price_unit(g)
+        told = (f"{gain:+,.0f} tasks/h ({gain / x_best:+.1%})" if proven else
+                f"at least {gain:+,.0f} tasks/h ({gain / x_best:+.1%}; the re-solve stopped at its time limit, "
+                "so more may be possible)")
         return (f"+10% {g} ({cons[0].rhs * 0.1 / scale:,.1f} {label_unit}"
-                f"{' per rack' if g != 'capital' else ''}) gives "
-                f"{gain:+,.0f} tasks/h ({gain / x_best:+.1%})")
+                f"{' per rack' if g != 'capital' else ''}) gives {told}")
 
     # the re-solves are independent: run them side by side (advisor/parallel.py)
     takes = run_all(what_it_takes, groups, s.concurrent_solves)
@@ -612,10 +618,11 @@ WHAT_IF_FACTOR = 1.1
 
 
 def _row_what_if(b: Built, p: Problem, constraints: list, backend: str, s: OptimizerSettings,
-                 clock: Deadline) -> tuple[bool, float | None]:
+                 clock: Deadline) -> tuple[bool, float | None, bool]:
     """The row's X with one budget raised, by the rack-pattern search the row itself was solved with (a row of a
     thousand racks is a MILP of tens of thousands of variables; its patterns are one rack's). Returns whether the
-    row aggregates into patterns (else the caller solves the row MILP) and X (None: no answer on the clock)."""
+    row aggregates into patterns (else the caller solves the row MILP), X (None: no answer on the clock) and whether
+    X is proven optimal."""
     from advisor.optimizer.rows import polish, solve_row
 
     # A count bound comes from the budgets (the most that fit one rack), so one budget x WHAT_IF_FACTOR allows at
@@ -632,8 +639,10 @@ def _row_what_if(b: Built, p: Problem, constraints: list, backend: str, s: Optim
     res = solve_row(replace(b, model=m), p, master, [], clock.remaining, s.mip_gap, s.row_pattern_iterations,
                     s.row_pattern_enumeration_limit, 0.0)
     if res is None:
-        return False, None
-    return True, res.solution.values[b.x] if res.solution.has_solution else None
+        return False, None, False
+    if not res.solution.has_solution:
+        return True, None, False
+    return True, res.solution.values[b.x], res.solution.status == "optimal"
 
 
 def _price_unit(group: str) -> tuple[float, str]:
