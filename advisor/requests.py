@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from advisor.export import ExportSettings
 from advisor.optimizer.optimize import Objective
@@ -69,9 +69,17 @@ class _SolveRequest(_Request):
     allow_removal: bool = False
     """With `existing`: owned servers may be removed, each returning `assumptions.costs.salvage_fraction` of its
     catalog price to the capital budget."""
+    keep_hardware: bool = False
+    """With `existing`: buy, remove and swap nothing; only the host cores' split (serving engine, tool queues) and the
+    queue partition are optimized (the first step of a migration: recalibrate the queues on the servers you have)."""
     spares: int = Field(default=0, ge=0, le=MAX_SPARES)
     """Servers of each kind in the answer held back as spares: the answer states the throughput of the others, and
     the throughput with one GPU server, one CPU node and one power feed lost (`failures`)."""
+
+    @field_validator("keep_hardware")
+    @classmethod
+    def _keep(cls, v: bool, info: ValidationInfo) -> bool:
+        return _check_keep_hardware(v, info)
 
 
 class OptimizeRequest(_SolveRequest):
@@ -184,8 +192,16 @@ class ReportRequest(_Request):
     adds the migration plan from them to the recommendation."""
     allow_removal: bool = False
     """With `existing`: owned servers may be removed (salvage value: the default cost assumptions)."""
+    keep_hardware: bool = False
+    """With `existing`: buy, remove and swap nothing; only the host cores' split (serving engine, tool queues) and the
+    queue partition are optimized (the first step of a migration: recalibrate the queues on the servers you have)."""
     spares: int = Field(default=0, ge=0, le=MAX_SPARES)
     """Spare servers per pool in every rack for the recommended answers (advisor/optimizer/failures.py)."""
+
+    @field_validator("keep_hardware")
+    @classmethod
+    def _keep(cls, v: bool, info: ValidationInfo) -> bool:
+        return _check_keep_hardware(v, info)
 
     @field_validator("power_factors", "tool_factors")
     @classmethod
@@ -199,3 +215,13 @@ class ReportRequest(_Request):
         if self.layout is not None and self.compare:
             raise ValueError("give layout or compare, not both")
         return self
+
+
+def _check_keep_hardware(keep: bool, info: ValidationInfo) -> bool:
+    """keep_hardware is declared after existing and allow_removal, so both are in `info.data` (when valid)."""
+    if keep and info.data.get("existing") is None:
+        raise ValueError("keep_hardware needs existing: the servers to keep")
+    if keep and info.data.get("allow_removal"):
+        raise ValueError("give keep_hardware or allow_removal, not both: keeping the hardware removes nothing")
+    return keep
+

@@ -102,7 +102,7 @@ def optimize(req: OptimizeRequest, cat: Catalog, time_limit_s: float | None = No
                            objective=req.objective, required_tasks_per_hour=req.required_tasks_per_hour,
                            capital_budget_usd=req.capital_budget_usd, gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids,
                            settings=s, explain=req.explain, existing=req.existing, allow_removal=req.allow_removal,
-                           spares=req.spares, deadline=deadline)
+                           software_only=req.keep_hardware, spares=req.spares, deadline=deadline)
 
 
 def compare(req: CompareRequest, cat: Catalog, time_limit_s: float | None = None,
@@ -111,7 +111,8 @@ def compare(req: CompareRequest, cat: Catalog, time_limit_s: float | None = None
     return compare_layouts(w, r, cat, racks=req.racks, backend=req.solver,
                            time_limit_s=time_limit_s if time_limit_s is not None else req.time_limit_s,
                            gpu_ids=req.gpu_ids, cpu_ids=req.cpu_ids, settings=s, explain=req.explain,
-                           existing=req.existing, allow_removal=req.allow_removal, spares=req.spares,
+                           existing=req.existing, allow_removal=req.allow_removal,
+                           software_only=req.keep_hardware, spares=req.spares,
                            deadline=deadline)
 
 

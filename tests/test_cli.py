@@ -292,3 +292,15 @@ def test_compare_says_where_the_layout_belongs_and_why_hybrid_ties_b(runner):
     text = run(runner, "compare", "--workload", "swe-agent", "--rack", "legacy-air-15kw")
     flat = " ".join(text.stdout.split())
     assert " ".join(fit["sentence"].split()) in flat and " ".join(note.split()) in flat
+
+
+def test_compare_keep_hardware_on_owned_servers(runner):
+    """--keep-hardware: the owned servers as they are, only cores and queues re-planned; the hybrid win is said."""
+    owned = str(Path(__file__).resolve().parents[1] / "examples" / "owned-b200-mixed-air40.yaml")
+    r = run(runner, "compare", "-w", "interactive-rl-mix", "-r", "air-40kw", "--existing", owned, "--keep-hardware",
+            "--json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["best_layout"] == "hybrid" and data["hybrid_note"].startswith("Hybrid beats B")
+    bad = run(runner, "compare", "-w", "interactive-rl-mix", "-r", "air-40kw", "--keep-hardware")
+    assert bad.exit_code == 2 and "keep_hardware needs existing" in bad.output, bad.output

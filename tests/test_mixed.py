@@ -4,6 +4,8 @@ and the tool share at which GPU-first stops being enough."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from advisor.catalog import load_catalog, load_rack, load_workload
@@ -113,3 +115,48 @@ def test_layout_fit_follows_the_articles_threshold(cat, wid, rack, calls_for):
     assert below.bottleneck_kind in ("gpu", "orchestration") and above.bottleneck_kind not in ("gpu", "orchestration")
     assert (fit.tool_share < fit.flip_tool_share) == (calls_for == "a")
     assert f"Layout {calls_for.upper()} fits this workload" in fit.sentence
+
+
+OWNED_MIXED = Path(__file__).resolve().parents[1] / "examples" / "owned-b200-mixed-air40.yaml"
+
+
+def test_hybrid_beats_b_on_servers_you_own(cat):
+    """#20 item 5 where isolation pays at rack level: servers already bought (the example's two HGX B200, one shared
+    tool queue) and nothing new (`keep_hardware`). B cannot buy cores around the interactive target, so its shared
+    queue idles cores that hybrid's rollout queue runs; hybrid is ahead by more than 3% even against B's proven
+    bound, and neither layout adds, removes or swaps a server."""
+    from advisor.catalog import load_configuration
+
+    w, rack = load_workload(MIXED, cat), load_rack("air-40kw", cat)
+    owned = load_configuration(OWNED_MIXED)
+    cmp = compare_layouts(w, rack, cat, existing=owned, software_only=True, explain=False)
+    by = {r.layout: r for r in cmp.results}
+    b, h = by["b"], by["hybrid"]
+    assert h.status == "optimal" and h.throughput_tasks_per_hour >= b.throughput_tasks_per_hour * 1.03, (h, b)
+    assert b.bound_tasks_per_hour is not None and h.throughput_tasks_per_hour >= b.bound_tasks_per_hour * 1.03
+    assert cmp.best_layout == "hybrid" and cmp.hybrid_note.startswith("Hybrid beats B by"), cmp.hybrid_note
+    assert "interactive" in cmp.hybrid_note and "slo:" not in cmp.hybrid_note
+    kept = sorted((g.chassis, g.cpu, g.gpu, g.gpus_per_server, g.count) for g in owned.servers)
+    for r in (b, h):
+        assert sorted((s.chassis, s.cpu, s.gpu, s.gpus_per_server, s.count) for s in r.servers) == kept
+        # nothing is bought, so no budget binds: the owned servers do
+        assert "fixed_servers" in r.binding_constraints
+        assert not {"power", "cooling_air", "space", "weight", "capital"} & set(r.binding_constraints)
+    assert [sorted(q) for q in h.partition] == [["interactive"], ["rollout"]]
+    # the same servers evaluated as owned (one shared queue, GPU-first split) deliver less than either answer
+    assert evaluate(owned, w, rack, cat).throughput_tasks_per_hour <= b.throughput_tasks_per_hour * (1 + 1e-9)
+
+
+def test_keep_hardware_needs_owned_servers_and_no_removal():
+    from pydantic import ValidationError
+
+    from advisor.requests import CompareRequest, ReportRequest
+
+    owned = Configuration(name="x", servers=[ServerGroup(chassis="hgx-b200-sp5-10u", cpu="epyc-9965", gpu="b200",
+                                                         gpus_per_server=8, count=1)])
+    for model in (CompareRequest, ReportRequest):
+        with pytest.raises(ValidationError, match="keep_hardware needs existing"):
+            model(workload=MIXED, rack="air-40kw", keep_hardware=True)
+        with pytest.raises(ValidationError, match="not both"):
+            model(workload=MIXED, rack="air-40kw", keep_hardware=True, allow_removal=True, existing=owned)
+        assert model(workload=MIXED, rack="air-40kw", keep_hardware=True, existing=owned).keep_hardware

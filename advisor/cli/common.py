@@ -41,7 +41,8 @@ def cli_catalog(path: Path | None = None):
 
 FLAGS = {"gpu_ids": "--gpu", "cpu_ids": "--cpu", "workload": "--workload", "rack": "--rack", "racks": "--racks",
          "time_limit_s": "--time-limit", "layout": "--layout", "a": "--gpu/--cpu", "b": "--gpu/--cpu",
-         "existing": "--existing", "allow_removal": "--allow-removal"}
+         "existing": "--existing", "allow_removal": "--allow-removal",
+         "keep_hardware": "--keep-hardware"}
 """Command-line flag of a request field, to name it in an error."""
 
 BUG_EXIT = 70

@@ -155,6 +155,8 @@ EXISTING_OPT = typer.Option(None, "--existing", help="Configuration YAML of the 
                             "writes it): they stay; the optimizer adds within the budgets and plans the migration.")
 REMOVAL_OPT = typer.Option(False, "--allow-removal", help="With --existing: owned servers may be removed, each "
                            "returning --salvage-fraction of its catalog price to the capital budget.")
+KEEP_OPT = typer.Option(False, "--keep-hardware", help="With --existing: buy, remove and swap nothing; optimize only "
+                        "the split of host cores between the serving engine and the tool queues, and the queues.")
 SALVAGE_OPT = typer.Option(None, "--salvage-fraction", min=0, max=1, help="Share of an owned server's catalog price "
                            "a removal returns (default 0: straight-line write-off, no residual value).")
 
@@ -200,6 +202,7 @@ def optimize_cmd(
                                                "`advisor evaluate` of the saved file gives this answer anywhere)."),
     existing: Path | None = EXISTING_OPT,
     allow_removal: bool = REMOVAL_OPT,
+    keep_hardware: bool = KEEP_OPT,
     salvage: float | None = SALVAGE_OPT,
 ) -> None:
     """Choose servers, SKUs, cores per GPU and queues for the most tasks per hour under the rack budgets.
@@ -216,7 +219,7 @@ def optimize_cmd(
                               time_limit_s=time_limit, mip_gap=gap, objective=objective.value,
                               required_tasks_per_hour=required, capital_budget_usd=capital, gpu_ids=gpus or None,
                               cpu_ids=cpus or None, existing=owned, allow_removal=allow_removal,
-                              assumptions=assumptions, spares=spares)
+                              keep_hardware=keep_hardware, assumptions=assumptions, spares=spares)
         check_sku_ids(cat, req.gpu_ids, req.cpu_ids)  # bad input fails before the progress line
         with progress(f"optimizing layout {layout.value} (time limit {time_limit:g} s)", quiet or as_json):
             res = service.optimize(req, cat)
@@ -253,6 +256,7 @@ def compare_cmd(
     quiet: bool = QUIET_OPT,
     existing: Path | None = EXISTING_OPT,
     allow_removal: bool = REMOVAL_OPT,
+    keep_hardware: bool = KEEP_OPT,
     salvage: float | None = SALVAGE_OPT,
 ) -> None:
     """Optimize layouts A (GPU-first), B (balanced) and hybrid, with ratios against A.
@@ -267,7 +271,7 @@ def compare_cmd(
     with user_errors("compare request"):
         req = CompareRequest(workload=workload, rack=rack, racks=racks, solver=solver.value, time_limit_s=time_limit,
                              gpu_ids=gpus or None, cpu_ids=cpus or None, existing=owned, allow_removal=allow_removal,
-                             assumptions=assumptions, spares=spares)
+                             keep_hardware=keep_hardware, assumptions=assumptions, spares=spares)
         check_sku_ids(cat, req.gpu_ids, req.cpu_ids)  # bad input fails before the progress line
         with progress(f"optimizing layouts a, b and hybrid (time limit {time_limit:g} s for all three)", quiet or as_json):
             cmp = service.compare(req, cat)

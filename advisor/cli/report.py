@@ -76,6 +76,8 @@ def register(app: typer.Typer) -> None:
                                              "every layout keeps them; the report adds the migration plan."),
         allow_removal: bool = typer.Option(False, "--allow-removal", help="With --existing: owned servers may be "
                                            "removed."),
+        keep_hardware: bool = typer.Option(False, "--keep-hardware", help="With --existing: buy, remove and swap "
+                                           "nothing; only the host cores' split and the queues are optimized."),
     ) -> None:
         """Write a self-contained HTML recommendation report (open it in any browser; prints on A4/Letter)."""
         from advisor.deadline import Deadline
@@ -92,7 +94,7 @@ def register(app: typer.Typer) -> None:
             req = ReportRequest(workload=workload, rack=rack, racks=racks, layout=layout.value if layout else None,
                                 compare=compare, solver=solver.value, time_limit_s=time_limit,
                                 sensitivity=not no_sensitivity, existing=owned, allow_removal=allow_removal,
-                                spares=spares)
+                                keep_hardware=keep_hardware, spares=spares)
             cat = load_catalog(catalog_dir) if catalog_dir else builtin_catalog()
             what = "rendering the report" + ("" if no_sensitivity else " (optimizing, then the sensitivity sweeps)")
             with progress(what, quiet):

@@ -32,7 +32,8 @@ class LayoutComparison(Frozen):
     """Which layout the workload's stage shares call for and the tool share at which the choice flips (on layout A's
     answer; advisor/optimizer/layout_fit.py). None when A has no answer or the workload has no tool stages."""
     hybrid_note: str | None = None
-    """When hybrid ties B: why, in one sentence, and which constraint would have to bind for isolation to pay."""
+    """When hybrid ties B: why, in one sentence, and which constraint would have to bind for isolation to pay; when
+    hybrid beats B: what the isolation bought."""
 
 
 def hybrid_tie_note(workload: Workload, b: OptimizeResult, hybrid: OptimizeResult) -> str | None:
@@ -70,6 +71,33 @@ def hybrid_tie_note(workload: Workload, b: OptimizeResult, hybrid: OptimizeResul
     return (f"Hybrid equals B: the tightest tool-wait target ({tight[0]:g} s, class {tight[1]}) binds B's shared "
             f"queue, but hybrid's isolated queues did not deliver more (hybrid: {hybrid.status}); isolation pays "
             "once the cores it frees on the other classes' queue outweigh the pooling the shared queue loses.")
+
+
+def hybrid_win_note(workload: Workload, b: OptimizeResult, hybrid: OptimizeResult) -> str | None:
+    """What isolation bought when hybrid is ahead of B beyond the tie (None otherwise): which target held B's shared
+    queue, and how busy hybrid runs the queues that no longer carry it."""
+    if b.throughput_tasks_per_hour <= 0 or hybrid.throughput_tasks_per_hour <= 0 or tied_layouts(
+            [Outcome(r.layout, r.throughput_tasks_per_hour, r.power_w, r.gap) for r in (b, hybrid)]) != ["hybrid"]:
+        return None
+    gain = hybrid.throughput_tasks_per_hour / b.throughput_tasks_per_hour - 1
+    proven = b.status == "optimal" or (b.gap is not None and
+                                       hybrid.throughput_tasks_per_hour > b.throughput_tasks_per_hour * (1 + b.gap))
+    head = (f"Hybrid beats B by {gain:.1%} ({hybrid.throughput_tasks_per_hour:,.0f} against "
+            f"{b.throughput_tasks_per_hour:,.0f} tasks/h{'' if proven else ', B not proven optimal'})")
+    tools = [c for c in workload.classes if needs_queue(c)]
+    targets = {c.name: workload.class_tool_wait_target(c) for c in tools}
+    if not (b.bottleneck.startswith("slo:") or any(g.startswith("slo:") for g in b.binding_constraints)) or \
+            all(t is None for t in targets.values()):
+        return f"{head}: its queue partition {hybrid.partition} fits the rack better than one shared queue."
+    tight = min((t, n) for n, t in targets.items() if t is not None)
+    free = [q for q in hybrid.queues if tight[1] not in q.get("classes", [])]
+    busy = ", ".join(f"{q['name']} at {q['utilization']:.0%}" for q in free if q.get("utilization") is not None)
+    shared = ", ".join(f"{q['utilization']:.0%}" for q in b.queues if q.get("utilization") is not None)
+    return (f"{head}: B's shared queue is held to the tightest tool-wait target ({tight[0]:g} s, class {tight[1]}) "
+            f"for every class's calls, so it keeps cores idle (core utilization {shared or 'n/a'} at the planned "
+            f"load); hybrid gives "
+            f"class {tight[1]} its own queue and runs the other classes' tool cores busier "
+            f"({busy or 'without that target'}).")
 
 
 def compare_layouts(workload: Workload, rack: Rack, catalog: Catalog, deadline: Deadline | None = None,
@@ -124,7 +152,8 @@ def compare_layouts(workload: Workload, rack: Rack, catalog: Catalog, deadline: 
         summary = f"best layout {best.layout}: {best_figure}; GPU-first delivers none"
     fit = layout_fit(results[0].configuration, workload, rack, catalog, kw.get("settings"))
     by = {r.layout: r for r in results}
-    note = hybrid_tie_note(workload, by["b"], by["hybrid"]) if "b" in by and "hybrid" in by else None
+    note = (hybrid_tie_note(workload, by["b"], by["hybrid"]) or hybrid_win_note(workload, by["b"], by["hybrid"])
+            if "b" in by and "hybrid" in by else None)
     return LayoutComparison(results=results, ratio_vs_a=ratios, best_layout=best.layout, summary=summary,
                             layout_fit=fit, hybrid_note=note)
 

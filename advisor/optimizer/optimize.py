@@ -521,6 +521,11 @@ def _constraint_status(b: Built, p: Problem, sol: Solution) -> list[ConstraintSt
         "space": min((o.profile.space_u for o in p.options), default=0),
         "capital": min((o.profile.price_usd or 0 for o in p.options), default=0),
     }
+    exact = p.fixed is not None and p.fixed.exact
+    if exact:
+        owned = float(sum(p.fixed.counts.values()))
+        out.append(ConstraintStatus(group="fixed_servers", name="fixed_servers", used=owned, available=owned,
+                                    unit="servers", binding=True))
     for c in b.model.constraints:
         if c.group == "network_ports":  # ports placed against the ports the rack's switches offer
             used = sum(a * vals.get(k, 0.0) for k, a in c.terms.items() if a > 0)
@@ -531,7 +536,9 @@ def _constraint_status(b: Built, p: Problem, sol: Solution) -> list[ConstraintSt
                                         binding=full and avail - used < min_need["network_ports"] - 1e-9))
         elif c.group in BUDGET_GROUPS:
             used = sum(a * vals.get(k, 0.0) for k, a in c.terms.items())
-            binding = c.rhs - used < min_need[c.group] - 1e-9
+            # with the owned servers kept exactly (keep_hardware) nothing is bought, so no budget can bind: the
+            # servers themselves do (the fixed_servers status below)
+            binding = c.rhs - used < min_need[c.group] - 1e-9 and not exact
             out.append(ConstraintStatus(group=c.group, name=c.name, used=used, available=c.rhs,
                                         unit=BUDGET_UNITS[c.group], binding=binding))
         elif c.group in ("gpu_serving",) or c.group.startswith(("tool_cores:", "sandbox_memory:", "sandbox_disk:",
@@ -680,7 +687,8 @@ def optimize(
     `spares`: servers of each kind held back (advisor/optimizer/failures.py).
     `certify`: run the local-search certificate on the answer (internal sub-solves leave it to the caller).
     `deadline`: the request's clock (advisor/deadline.py); this call ends by it and by its own time limit."""
-    owned_kw = dict(existing=existing, allow_removal=allow_removal) if existing is not None else {}
+    owned_kw = (dict(existing=existing, allow_removal=allow_removal, software_only=software_only)
+                if existing is not None else {})
     if objective == "max_operating_throughput" or spares > 0:
         # the wrappers solve several times: one clock for all of them
         deadline = Deadline(time_limit_s or (settings or OptimizerSettings()).time_limit_s, parent=deadline)

@@ -41,7 +41,8 @@ def brownfield_kwargs(req) -> dict[str, Any]:
     """The optimizer arguments of a report request's owned servers (none for a greenfield report)."""
     if getattr(req, "existing", None) is None:
         return {}
-    return {"existing": req.existing, "allow_removal": req.allow_removal}
+    return {"existing": req.existing, "allow_removal": req.allow_removal,
+            "software_only": getattr(req, "keep_hardware", False)}
 
 
 def sweep_point(workload, rack, catalog, layout: str, kw: dict) -> OptimizeResult:

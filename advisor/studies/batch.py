@@ -95,6 +95,7 @@ def solve_job(inputs: dict, catalog_json: dict) -> dict:
             required_tasks_per_hour=inputs["required_tasks_per_hour"],
             capital_budget_usd=inputs["capital_budget_usd"], gpu_ids=inputs["gpu_ids"], cpu_ids=inputs["cpu_ids"],
             explain=False, allow_removal=inputs.get("allow_removal", False),
+            keep_hardware=inputs.get("keep_hardware", False),
             existing=Configuration.model_validate(inputs["existing"]) if inputs.get("existing") else None))
         res = service.optimize(req, cat, settings=OptimizerSettings.model_validate(inputs["settings"]))
         return dict(

@@ -138,6 +138,8 @@ class Scenario(BoundedNumbers):
     the optimizer adds within the budgets (brownfield, advisor/optimizer/migration.py)."""
     allow_removal: bool = False
     """With `existing`: owned servers may be removed at the salvage value."""
+    keep_hardware: bool = False
+    """With `existing`: buy, remove and swap nothing; only the host cores' split and the queues are optimized."""
     overrides: dict[str, Any] = Field(default_factory=dict)
     base: str | None = None
     """Name of the scenario a grid point or sample was made from (None for one written out)."""
@@ -350,7 +352,9 @@ class Resolved:
     def inputs(self, layout: str) -> dict:
         s = self.scenario
         owned = {} if self.existing is None else {  # only where given: greenfield hashes stay as they were
-            "existing": self.existing.model_dump(mode="json"), "allow_removal": s.allow_removal}
+            "existing": self.existing.model_dump(mode="json"), "allow_removal": s.allow_removal,
+            # only where set: earlier brownfield rows keep their hashes (a resumed batch reuses them)
+            **({"keep_hardware": True} if s.keep_hardware else {})}
         return owned | {
             "workload": self.workload.model_dump(mode="json"),
             "rack": self.rack.model_dump(mode="json"),
