@@ -31,3 +31,13 @@ def mini_copy(tmp_path: Path) -> Path:
     dst = tmp_path / "mini"
     shutil.copytree(MINI_DIR, dst)
     return dst
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects
+def pytest_collection_modifyitems(config, items):
+    """Tests listed in tiers.MOVED_TO_SLOW join the slow tier (the README's command deselects them)."""
+    from tiers import MOVED_TO_SLOW
+
+    for item in items:
+        if item.nodeid in MOVED_TO_SLOW:
+            item.add_marker(pytest.mark.slow)

@@ -594,21 +594,8 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
         return said(g, sol.values[b.x], sol.status == "optimal")
 
     def said(g: str, x_more: float | None, proven: bool) -> str | None:
-        if x_more is None:
-            return None
-        cons = [c for c in b.model.constraints if c.group == g]
-        if not proven:
-            # the answer itself stays within the larger budget, so an unproven re-solve's gain is a lower bound,
-            # and never below zero
-            x_more = max(x_more, x_best)
-        gain = x_more - x_best
-        gain = 0.0 if abs(gain) <= 1e-9 * x_best else gain  # not "-0 tasks/h" for rounding noise
-        scale, label_unit = _price_unit(g)
-        told = (f"{gain:+,.0f} tasks/h ({gain / x_best:+.1%})" if proven else
-                f"at least {gain:+,.0f} tasks/h ({gain / x_best:+.1%}; the re-solve stopped at its time limit, "
-                "so more may be possible)")
-        return (f"+10% {g} ({cons[0].rhs * 0.1 / scale:,.1f} {label_unit}"
-                f"{' per rack' if g != 'capital' else ''}) gives {told}")
+        rhs = next(c.rhs for c in b.model.constraints if c.group == g)
+        return what_if_sentence(g, rhs, x_best, x_more, proven)
 
     # the re-solves are independent: run them side by side (advisor/parallel.py)
     takes = run_all(what_it_takes, groups, s.concurrent_solves)
@@ -622,6 +609,25 @@ def _shadow_prices(b: Built, p: Problem, backend: str, s: OptimizerSettings, clo
 
 WHAT_IF_FACTOR = 1.1
 """The "what it takes" re-solves raise one budget by this factor (+10%)."""
+
+
+def what_if_sentence(group: str, rhs: float, x_best: float, x_more: float | None, proven: bool) -> str | None:
+    """The "+10% of a budget" sentence: `rhs` the budget per rack, `x_best` the answer's throughput, `x_more` the
+    re-solve's (None: no answer on the clock), `proven` whether the re-solve proved its optimum."""
+    if x_more is None:
+        return None
+    if not proven:
+        # the answer itself stays within the larger budget, so an unproven re-solve's gain is a lower bound, and
+        # never below zero
+        x_more = max(x_more, x_best)
+    gain = x_more - x_best
+    gain = 0.0 if abs(gain) <= 1e-9 * x_best else gain  # not "-0 tasks/h" for rounding noise
+    scale, label_unit = _price_unit(group)
+    told = (f"{gain:+,.0f} tasks/h ({gain / x_best:+.1%})" if proven else
+            f"at least {gain:+,.0f} tasks/h ({gain / x_best:+.1%}; the re-solve stopped at its time limit, so more "
+            "may be possible)")
+    return (f"+10% {group} ({rhs * (WHAT_IF_FACTOR - 1) / scale:,.1f} {label_unit}"
+            f"{' per rack' if group != 'capital' else ''}) gives {told}")
 
 
 def _row_what_if(b: Built, p: Problem, constraints: list, backend: str, s: OptimizerSettings,
