@@ -27,12 +27,13 @@ from advisor.studies.scenarios import scenarios_from_data  # noqa: E402
 MINI = ROOT / "tests" / "data" / "mini"
 
 
-def grid(n: int, builtin: bool = False):
+def grid(n: int, builtin: bool = False, solver: str = "cbc"):
     per = max(1, n // 3)
     shares = [round(0.1 + 0.8 * i / max(1, per - 1), 4) for i in range(per)]
     where = ({"workload": "swe-agent", "rack": "air-40kw"} if builtin else
              {"catalog": str(MINI), "workload": "agent", "rack": "r15"})
-    return scenarios_from_data({**where, "time_limit_s": 30, "grid": {"workload.tool_share": shares}})
+    return scenarios_from_data({**where, "solver": solver, "time_limit_s": 30,
+                                "grid": {"workload.tool_share": shares}})
 
 
 REPEAT = 1
@@ -58,18 +59,22 @@ def main() -> None:
     ap.add_argument("--builtin", action="store_true",
                     help="Built-in catalog, swe-agent on air-40kw (larger solves) instead of the mini fixture.")
     ap.add_argument("--repeat", type=int, default=1, help="Runs per configuration; the best is reported.")
+    ap.add_argument("--solver", default="cbc", help="The scenarios' MILP backend (cbc, ortools, highs).")
+    ap.add_argument("--no-dask", action="store_true", help="Local workers only (skip the Dask LocalCluster).")
     args = ap.parse_args()
     global REPEAT
     REPEAT = max(1, args.repeat)
     n = 12 if args.quick else args.solves
-    scen = grid(n, args.builtin)
+    scen = grid(n, args.builtin, args.solver)
+    print(f"solver {args.solver}, {'built-in catalog' if args.builtin else 'mini catalog'}, {len(scen)} scenarios")
     results = [timed("local, 1 worker", scen, workers=1), timed("local, 2 workers", scen, workers=2)]
-    from distributed import Client, LocalCluster
+    if not args.no_dask:
+        from distributed import Client, LocalCluster
 
-    with LocalCluster(n_workers=args.cluster_workers, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
-        client.run(lambda: __import__("advisor.optimizer.optimize"))  # warm the workers' imports, as a long-lived cluster is
-        results.append(timed(f"Dask LocalCluster, {args.cluster_workers} workers", scen, scheduler=client))
+        with LocalCluster(n_workers=args.cluster_workers, threads_per_worker=1, processes=True,
+                          dashboard_address=None) as cluster, Client(cluster) as client:
+            client.run(lambda: __import__("advisor.optimizer.optimize"))  # warm imports, as a long-lived cluster is
+            results.append(timed(f"Dask LocalCluster, {args.cluster_workers} workers", scen, scheduler=client))
     base = results[0][1] / results[0][2]
     print(f"{'configuration':34s} {'solves':>6s} {'seconds':>8s} {'per min':>8s} {'speedup':>8s}")
     for label, k, dt in results:

@@ -76,6 +76,10 @@ MOVED_TO_SLOW: dict[str, str] = {
     "tests/test_batch_contract.py::test_a_second_run_on_the_same_folder_exits_2_naming_the_holder": "2.6 s",
     "tests/test_api.py::test_api_key_required_when_set": "2.3 s -> test_api_bounds' empty-key test",
     "tests/test_tco.py::test_api_cost_objectives_over_http": "2.2 s -> test_cli_objective_and_text",
+    # third pass (fast tier 181.9 s at the second)
+    "tests/test_limits.py::test_solver_stops_on_its_time_limit_with_a_status[ortools]": "2.0 s (its 2 s limit) -> [cbc]",
+    "tests/test_parallel.py::test_a_sweep_point_where_nothing_fits_is_an_infeasible_point":
+        "2.2 s; an infeasible sweep point is checked in the slow tier only (here and in test_brownfield)",
 }
 """Fast-tier tests moved to the slow tier by node id (applied in conftest.py), with what keeps their behaviour in the
 fast tier."""
