@@ -931,8 +931,11 @@ def _search_partitions(sp: _SearchSpace, clock: Deadline) -> tuple[_Candidate, b
             key, pn, b, sol, notes, ev, _ = nodes[0]
             if p.slo_curves and _slo_mixed_speeds(p) and sp.objective == "max_throughput":
                 # the curves assume the slowest speed of a mix: conservative, not a relaxation; the bound comes
-                # from the same model with every core at the fastest speed
-                ub = _slo_relaxed_bound(p, sp.layout, sp.backend, s, clock, sp.racks, memory)
+                # from the same model with every core at the fastest speed, unless the answer already reaches the
+                # bound of this partition's curve-free relaxation (then that bound is the proof, at no cost)
+                x_ev = ev.throughput_tasks_per_hour if ev is not None else 0.0
+                ub = part_ub if part_ub is not None and _proven(x_ev, part_ub, s, 0.0) else \
+                    _slo_relaxed_bound(p, sp.layout, sp.backend, s, clock, sp.racks, memory)
             if sp.objective == "max_throughput" and ub is not None:
                 part_ub = ub if part_ub is None else min(part_ub, ub)
             if not sol.has_solution or b.x not in sol.values:
@@ -949,6 +952,11 @@ def _search_partitions(sp: _SearchSpace, clock: Deadline) -> tuple[_Candidate, b
             if best is None or key > best.key or tie:
                 best = _Candidate(key, replace(pn), b, sol, notes, False, ev)
             if ev is None:
+                break
+            if (sp.objective == "max_throughput" and ub is not None and best.problem.partition != part
+                    and _proven(best.key[0], ub, s, 0.0)):
+                # this partition's relaxation cannot beat the answer in hand (within the proof's tolerance): its
+                # memory or tail-wait solves would not change the answer, and its bound is already counted
                 break
             short = [bd for bd in ev.bounds if bd.tasks_per_hour < x_mip * (1 - 1e-7)]
             if not memory and any(bd.kind in ("memory", "disk") for bd in short):
@@ -1294,8 +1302,11 @@ def _label(sol: Solution, x_eval: float, bound: float | None, s: OptimizerSettin
            budget: float) -> None:
     """Status and gap of a max-throughput answer from what is proven: `optimal` only when the evaluated
     throughput reaches the proven bound within the requested gap; otherwise `feasible` (or `time_limit` when the
-    clock stopped the search) with the gap to the bound (None when no bound is proven)."""
+    clock stopped the search) with the gap to the bound (None when no bound is proven). A solve stopped by its time
+    limit whose answer reaches the bound is proven all the same (by the bound, not by the solver), so optimal."""
     if _proven(x_eval, bound, s, budget):
+        if sol.status in ("time_limit", "feasible"):
+            sol.status, sol.gap = "optimal", max(0.0, (bound - x_eval) / max(1e-9, x_eval))
         return
     if _exceeds(x_eval, bound):
         bound = None
