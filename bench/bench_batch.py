@@ -39,6 +39,24 @@ def grid(n: int, builtin: bool = False, solver: str = "cbc"):
 REPEAT = 1
 
 
+def per_solve(scen) -> None:
+    """Each solve of the grid timed alone (the batch worker's own function, in this process)."""
+    from advisor.studies.batch import solve_job
+    from advisor.studies.scenarios import resolve
+
+    total = 0.0
+    for s in scen:
+        r = resolve(s)
+        for lay in s.layouts:
+            t0 = time.perf_counter()
+            out = solve_job(r.inputs(lay), r.catalog_json)
+            dt = time.perf_counter() - t0
+            total += dt
+            print(f"{s.name:40s} {lay:7s} {dt:7.2f} s  {out.get('status')!s:10s} "
+                  f"{out.get('throughput') or 0:9,.1f} tasks/h", flush=True)
+    print(f"total {total:.1f} s")
+
+
 def timed(label: str, scen, **kw) -> tuple[str, int, float]:
     """Best of REPEAT runs (the machine may be shared; the best run is the least disturbed)."""
     best = float("inf")
@@ -61,12 +79,17 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="Runs per configuration; the best is reported.")
     ap.add_argument("--solver", default="cbc", help="The scenarios' MILP backend (cbc, ortools).")
     ap.add_argument("--no-dask", action="store_true", help="Local workers only (skip the Dask LocalCluster).")
+    ap.add_argument("--per-solve", action="store_true",
+                    help="Time each scenario x layout solve on its own, in this process, instead.")
     args = ap.parse_args()
     global REPEAT
     REPEAT = max(1, args.repeat)
     n = 12 if args.quick else args.solves
     scen = grid(n, args.builtin, args.solver)
     print(f"solver {args.solver}, {'built-in catalog' if args.builtin else 'mini catalog'}, {len(scen)} scenarios")
+    if args.per_solve:
+        per_solve(scen)
+        return
     results = [timed("local, 1 worker", scen, workers=1), timed("local, 2 workers", scen, workers=2)]
     if not args.no_dask:
         from distributed import Client, LocalCluster
