@@ -51,7 +51,7 @@ class _SolveRequest(_Request):
     """Rack profile id or inline object."""
     racks: int = Field(default=1, ge=1, le=MAX_RACKS)
     """Racks in the row, each with the profile's budgets."""
-    solver: Literal["cbc", "ortools"] = "cbc"
+    solver: Literal["cbc", "ortools", "highs"] = "cbc"
     time_limit_s: float | None = Field(default=None, gt=0)
     """Wall-clock limit in seconds for the whole request, time queued for a worker included (capped by the
     server's time_limit_cap_s; omitted: the cap)."""
@@ -117,7 +117,7 @@ class ChipVsRackRequest(_Request):
     layout: Layout = "hybrid"
     racks: int = Field(default=1, ge=1, le=MAX_RACKS)
     """Racks in the row, each with the profile's budgets."""
-    solver: Literal["cbc", "ortools"] = "cbc"
+    solver: Literal["cbc", "ortools", "highs"] = "cbc"
     time_limit_s: float | None = Field(default=None, gt=0)
     """Solver time limit per side (capped by the server's time_limit_cap_s; omitted: the cap)."""
     assumptions: ModelAssumptions | None = None
@@ -138,7 +138,7 @@ class ExportRequest(_Request):
     layout: Layout = "hybrid"
     """Layout to optimize when no configuration is given."""
     racks: int = Field(default=1, ge=1, le=MAX_RACKS)
-    solver: Literal["cbc", "ortools"] = "cbc"
+    solver: Literal["cbc", "ortools", "highs"] = "cbc"
     time_limit_s: float | None = Field(default=None, gt=0)
     """Wall-clock limit for the whole request, all three layouts (capped by the server's time_limit_cap_s)."""
     alert_headroom: float = Field(default=0.5, gt=0, lt=1)
@@ -161,7 +161,7 @@ class ReportRequest(_Request):
     """Recommend this layout; omitted (or `compare: true`): the best of A, B and hybrid."""
     compare: bool = False
     """Recommend the best of A, B and hybrid (the default when no layout is given)."""
-    solver: Literal["cbc", "ortools"] = "cbc"
+    solver: Literal["cbc", "ortools", "highs"] = "cbc"
     time_limit_s: float = Field(default=30.0, gt=0)
     """Wall-clock limit for the whole report: the layout comparison (at most 70% of it), the sweeps and
     chip-vs-rack share it (advisor/deadline.py)."""

@@ -209,3 +209,32 @@ def test_tables_round_numbers_json_keeps_full_precision(runner, answers):
     # there was something to round (orchestration cores now sit on the engine floor, 1.25 or 1.5 per GPU, so the
     # throughput and the queue cores carry the long fractions), and JSON kept it
     assert any(len(repr(x).split(".")[-1]) > 3 for x in [*shown, *floats(opt.get("queues"))]), shown
+
+
+_PRINTF_INSIDE = """
+import ctypes, sys
+from advisor.solver.highs import c_stdout_silenced
+libc = ctypes.CDLL(None)
+print("before", flush=True)
+with c_stdout_silenced():
+    with c_stdout_silenced():  # nested, as solves side by side in threads
+        libc.printf(b"C-level noise\\\\n")
+    libc.printf(b"more noise\\\\n")
+print("after", flush=True)
+"""
+
+
+def test_c_level_solver_output_never_reaches_stdout():
+    """SciPy's HiGHS printf()s debugging lines during some MIP solves; they corrupted --json output of rows."""
+    out = subprocess.run([sys.executable, "-c", _PRINTF_INSIDE], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["before", "after"], out.stdout
+
+
+@pytest.mark.slow  # about 10 s: a row whose pattern search runs HiGHS MIPs that print
+def test_row_json_output_is_pure_json():
+    exe = shutil.which("advisor") or str(Path(sys.executable).parent / "advisor")
+    out = subprocess.run([exe, "optimize", "-w", "rl-rollout", "-r", "liquid-130kw", "--layout", "b", "--racks", "10",
+                          "--json", "--time-limit", "60"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["status"] in ("optimal", "feasible", "time_limit")

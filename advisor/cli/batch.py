@@ -42,7 +42,7 @@ Gpus = Annotated[list[str] | None, typer.Option("--gpu", help="Only these GPU SK
 Cpus = Annotated[list[str] | None, typer.Option("--cpu", help="Only these CPU SKUs (repeat).")]
 Layouts = Annotated[list[str] | None, typer.Option("--layout", help="Layouts to compare (repeat; default a, b and "
                                                                      "hybrid).")]
-Solver = Annotated[str, typer.Option("--solver", help="cbc or ortools.")]
+Solver = Annotated[str, typer.Option("--solver", help="cbc, ortools or highs.")]
 TimeLimit = Annotated[float, typer.Option("--time-limit", min=1, help="Seconds per solve.")]
 RefGpu = Annotated[str | None, typer.Option("--reference-gpu", help="GPU whose unloaded latency defines "
                                                                      "workload.tool_share.")]

@@ -19,6 +19,7 @@ class _Format(str, Enum):
 class _Solver(str, Enum):
     cbc = "cbc"
     ortools = "ortools"
+    highs = "highs"
 
 
 class _Layout(str, Enum):

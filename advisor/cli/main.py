@@ -102,6 +102,7 @@ class LayoutOpt(str, Enum):
 class SolverOpt(str, Enum):
     cbc = "cbc"
     ortools = "ortools"
+    highs = "highs"
 
 
 @app.command("evaluate")

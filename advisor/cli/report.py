@@ -20,6 +20,7 @@ class _Layout(str, Enum):
 class _Solver(str, Enum):
     cbc = "cbc"
     ortools = "ortools"
+    highs = "highs"
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,13 @@ solver for every shadow price, so answers do not depend on which MIP backend the
 
 from __future__ import annotations
 
+import ctypes
+import os
+import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
@@ -14,6 +20,46 @@ from scipy.sparse import coo_matrix
 
 from advisor import cancel
 from advisor.solver.linear import LinearModel, Solution
+
+_stdout_lock = threading.Lock()
+_stdout_users = 0
+_stdout_saved: int | None = None
+
+
+def _c_flush() -> None:
+    try:
+        ctypes.CDLL(None).fflush(None)  # C stdio's buffers, so HiGHS's lines go where fd 1 points now
+    except (OSError, AttributeError):  # no C library to call: nothing buffered we could flush
+        pass
+
+
+@contextmanager
+def c_stdout_silenced() -> Iterator[None]:
+    """SciPy's HiGHS prints debugging lines with C printf to standard output during some MIP solves, whatever its
+    display options ("HighsMipSolverData::transformNewIntegerFeasibleSolution tmpSolver.run();"); they corrupted
+    `advisor optimize --racks 10 --json`. While any MIP solve runs, file descriptor 1 points at the null device.
+    Reference-counted under a lock: solves run side by side in threads (advisor/parallel.py)."""
+    global _stdout_users, _stdout_saved
+    with _stdout_lock:
+        if _stdout_users == 0:
+            sys.stdout.flush()
+            _c_flush()
+            _stdout_saved = os.dup(1)
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.close(null)
+        _stdout_users += 1
+    try:
+        yield
+    finally:
+        with _stdout_lock:
+            _stdout_users -= 1
+            if _stdout_users == 0 and _stdout_saved is not None:
+                _c_flush()
+                os.dup2(_stdout_saved, 1)
+                os.close(_stdout_saved)
+                _stdout_saved = None
+
 
 _MILP_OPTIMAL, _MILP_LIMIT, _MILP_INFEASIBLE, _MILP_UNBOUNDED = 0, 1, 2, 3
 """scipy.optimize.milp status codes (0 optimal, 1 time/node/iteration limit, 2 infeasible, 3 unbounded)."""
@@ -50,8 +96,9 @@ def solve_highs(model: LinearModel, time_limit_s: float, gap: float, threads: in
     t0 = time.perf_counter()
     cancel.check()
     cons = LinearConstraint(a, lo, hi) if len(model.constraints) else ()
-    res = milp(c, integrality=integ, bounds=Bounds(lb, ub), constraints=cons,
-               options={"time_limit": max(1.0, time_limit_s), "mip_rel_gap": gap, "disp": False})
+    with c_stdout_silenced():
+        res = milp(c, integrality=integ, bounds=Bounds(lb, ub), constraints=cons,
+                   options={"time_limit": max(1.0, time_limit_s), "mip_rel_gap": gap, "disp": False})
     secs = time.perf_counter() - t0
     if res.status == _MILP_INFEASIBLE:
         return Solution("infeasible", None, {}, seconds=secs, backend="highs")
@@ -114,5 +161,6 @@ def lp(model: LinearModel, objective: dict[str, float], return_x: bool = False):
 def dense_milp(c: np.ndarray, upper, a: np.ndarray, row_lo, row_hi, options: dict):
     """Minimize c.x over integers 0 <= x <= upper with row_lo <= a.x <= row_hi (the row search's small kernels):
     SciPy's OptimizeResult (x None when nothing was found)."""
-    return milp(c, integrality=np.ones(len(c)), bounds=Bounds(0, upper),
-                constraints=LinearConstraint(a, row_lo, row_hi), options=options)
+    with c_stdout_silenced():
+        return milp(c, integrality=np.ones(len(c)), bounds=Bounds(0, upper),
+                    constraints=LinearConstraint(a, row_lo, row_hi), options=options)

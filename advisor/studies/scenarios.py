@@ -34,7 +34,7 @@ list cells are separated by ``;`` or spaces; every column whose name is a dotted
 override, an empty cell meaning none. Cells are read as YAML scalars (``60`` is a number).
 
 Scenario fields: ``name``, ``workload`` (preset id, YAML file or inline mapping), ``rack`` (same), ``racks`` (default
-1), ``catalog`` (folder), ``gpus``/``cpus`` (SKU ids the optimizer may use), ``layouts``, ``solver`` (cbc|ortools),
+1), ``catalog`` (folder), ``gpus``/``cpus`` (SKU ids the optimizer may use), ``layouts``, ``solver`` (cbc|ortools|highs),
 ``time_limit_s`` (default 60), ``objective`` (max_throughput|min_cost|min_power), ``required_tasks_per_hour``,
 ``capital_budget_usd``, ``reference_gpu`` (for ``workload.tool_share``) and ``overrides``. Grid and sample paths may
 also name one of these fields directly (``racks``, ``time_limit_s``). ``existing`` (a configuration file, relative to
@@ -127,7 +127,7 @@ class Scenario(BoundedNumbers):
     gpus: list[str] | None = None
     cpus: list[str] | None = None
     layouts: list[Layout] = Field(default_factory=lambda: list(LAYOUTS), min_length=1)
-    solver: Literal["cbc", "ortools"] = "cbc"
+    solver: Literal["cbc", "ortools", "highs"] = "cbc"
     time_limit_s: float = Field(default=60.0, gt=0)
     objective: Literal["max_throughput", "min_cost", "min_power"] = "max_throughput"
     required_tasks_per_hour: float | None = Field(default=None, ge=0)
