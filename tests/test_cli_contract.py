@@ -238,3 +238,15 @@ def test_row_json_output_is_pure_json():
                           "--json", "--time-limit", "60"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["status"] in ("optimal", "feasible", "time_limit")
+
+
+def test_every_backend_gives_the_same_answer_from_the_cli(runner):
+    """--solver cbc, ortools and highs: the same canonical answer (servers, throughput) and the backend named."""
+    got = {}
+    for backend in ("cbc", "ortools", "highs"):
+        r = run(runner, "optimize", *BASE, "--solver", backend, "--json")
+        assert r.exit_code == 0, r.output
+        d = json.loads(r.stdout)
+        assert d["solver"] == backend and d["status"] == "optimal"
+        got[backend] = (round(d["throughput_tasks_per_hour"], 6), json.dumps(d["servers"], sort_keys=True))
+    assert got["cbc"] == got["ortools"] == got["highs"], got
