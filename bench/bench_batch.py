@@ -77,7 +77,7 @@ def main() -> None:
     ap.add_argument("--builtin", action="store_true",
                     help="Built-in catalog, swe-agent on air-40kw (larger solves) instead of the mini fixture.")
     ap.add_argument("--repeat", type=int, default=1, help="Runs per configuration; the best is reported.")
-    ap.add_argument("--solver", default="cbc", help="The scenarios' MILP backend (cbc, ortools).")
+    ap.add_argument("--solver", default="cbc", help="The scenarios' MILP backend (cbc, ortools, highs).")
     ap.add_argument("--no-dask", action="store_true", help="Local workers only (skip the Dask LocalCluster).")
     ap.add_argument("--per-solve", action="store_true",
                     help="Time each scenario x layout solve on its own, in this process, instead.")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from advisor.studies.batch import DB_NAME, Runner, read_rows, run_batch, solve_job
+from advisor.studies.batch import DB_NAME, Runner, make_jobs, read_rows, run_batch, solve_job
 from advisor.errors import InputError
 from advisor.optimizer.optimize import optimize
 from advisor.studies.scenarios import (
@@ -186,6 +186,31 @@ def _crash_at_9kw(inputs: dict, catalog: dict) -> dict:
     if inputs["rack"]["power_kw"] == 9.0:
         os._exit(3)
     return solve_job(inputs, catalog)
+
+
+def test_heaviest_solves_are_dispatched_first(tmp_path):
+    """With more than one worker the queue is longest-first (hybrid, then B, then A; rows before single racks), so
+    a heavy solve does not start last and leave the other worker idle; with one worker the scenarios' order
+    stays."""
+    from advisor.studies.batch import expected_work
+
+    s = base_scenario("agent", "r15", catalog=str(MINI), layouts=["a", "b", "hybrid"], time_limit_s=30)
+    scen = [vary(s, {"rack.power_kw": 12}, name="one"), vary(s, {"rack.power_kw": 12, "racks": 2}, name="row")]
+    order: dict[int, list[tuple[str, str]]] = {}
+
+    class Recording(Runner):
+        def _submit(self, ex, job):
+            order.setdefault(self.workers, []).append((job.scenario, job.layout))
+            return super()._submit(ex, job)
+
+    for workers in (1, 2):
+        with Recording(tmp_path / f"w{workers}", workers=workers, progress=False) as runner:
+            st = runner.run(scen)
+        assert st.solved == 6 and st.errors == 0
+    assert order[1] == [(n, lay) for n in ("one", "row") for lay in ("a", "b", "hybrid")]
+    assert order[2] == [("row", "hybrid"), ("one", "hybrid"), ("row", "b"), ("one", "b"), ("row", "a"), ("one", "a")]
+    jobs = {(j.scenario, j.layout): j for j in make_jobs(scen)}
+    assert expected_work(jobs[("one", "hybrid")]) > expected_work(jobs[("row", "b")])
 
 
 def test_kill_9_midway_then_rerun(tmp_path):

@@ -1079,9 +1079,11 @@ def _routing_spread(b: Built, p: Problem, sol: Solution) -> dict[str, float]:
 def _slo_relaxed_bound(p: Problem, layout: Layout, backend: str, s: OptimizerSettings, clock: _Clock, racks: int,
                        memory: bool) -> float | None:
     """A proven bound on X under tail-wait curves that may mix core speeds: the same model with each queue's curve
-    at the speed of its fastest core (faster cores only shorten calls and waits)."""
+    at the speed of its fastest core (faster cores only shorten calls and waits). Only the bound is read, so only
+    the throughput stage is solved (the tie-break stages would rank servers nobody keeps)."""
     pr = replace(p, slo_relaxed=True, bands={})
     b = build(pr, memory=memory)
+    s = s.model_copy(update={"answer_detail": "throughput"})
     if racks > 1 and pr.fixed is None:
         sol, _, _ = _solve_row(b, pr, layout, "max_throughput", backend, s, clock, memory)
     else:

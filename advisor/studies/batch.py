@@ -45,6 +45,20 @@ from advisor.studies.batch_report import export_all
 from advisor.studies.results import BUSY_TIMEOUT_S, COLUMN_NAMES, DB_NAME, write_rows, connect, read_rows  # noqa: F401 - read_rows, COLUMN_NAMES: part of the batch API
 from advisor.studies.scenarios import Resolved, Scenario, canonical_json, resolve, sha256_of
 
+LAYOUT_WORK = {"hybrid": 3, "b": 2, "a": 1}
+"""Relative solve work by layout, for dispatching the heaviest solves first: a hybrid solve searches several queue
+partitions (a tail-wait or memory model each), B one, A one small model after its GPU-first stage. On the built-in
+grid (`bench/bench_batch.py --builtin --per-solve`) hybrid solves took 0.5-26 s, B 0.2-5.7 s, A 0.1-0.5 s."""
+
+
+def expected_work(job: Job) -> tuple[int, int, float]:
+    """Sort key, larger first: layout, then racks (a row adds its pattern search), then the time limit (what the
+    solve may use). Longest-processing-time-first dispatch: a heavy solve started last would leave the other
+    workers idle while it runs."""
+    inp = job.inputs or {}
+    return LAYOUT_WORK.get(job.layout, 0), int(inp.get("racks", 1)), float(inp.get("time_limit_s", 0.0))
+
+
 MAX_CRASH_RETRIES = 1
 """A solve in flight when a worker process died is retried alone this many times before it is recorded as a crash."""
 
@@ -452,6 +466,8 @@ class Runner:
         if not todo:
             return
         queue = list(todo)
+        if self._slots() > 1:  # one slot runs them in any order in the same time; keep the scenarios' order there
+            queue.sort(key=lambda h: expected_work(todo[h][0]), reverse=True)
         crashes: dict[str, int] = {}
         isolate: list[str] = []  # hashes to retry alone after a worker died with them in flight
         total_rows = sum(len(v) for v in todo.values())
