@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from pydantic import Field
@@ -209,11 +209,17 @@ class ServingPool(Frozen):
 
 class ClosedLoop(Frozen):
     agents: int
+    """Live agents: the agents given, or as many as sandbox memory and disk hold when that is fewer."""
     capped: bool
     """True when the memory-limited population exceeded the MVA cap."""
     throughput_tasks_per_hour: float
     mean_task_seconds: float | None
-    """None when the loop completes no tasks (a stage every task needs has no capacity)."""
+    """Mean task time of every agent given (its wait for a sandbox included): agents / throughput. None when the
+    loop completes no tasks (a stage every task needs has no capacity)."""
+    sandbox_wait_seconds: float = 0.0
+    """Mean over the tasks of the wait for a sandbox before a task starts, when more agents are given than
+    sandboxes hold ((agents given - live agents) / throughput; the tasks of the queue whose sandboxes fill wait,
+    the others do not)."""
 
 
 class Evaluation(Frozen):
@@ -513,6 +519,10 @@ class _Waits:
     iowait: dict[str, float]
     iowait2: dict[str, float]
     stable: bool
+    sandbox_wait: dict[str, float] = field(default_factory=dict)
+    """Closed loop with more agents than sandboxes: per class, mean wait for a sandbox before a task starts, s."""
+    sandbox_wait_var: dict[str, float] = field(default_factory=dict)
+    """Its variance per class, s^2."""
 
 
 @dataclass(frozen=True)
@@ -538,6 +548,8 @@ class _TaskTimes:
     p95: float | None
     p99: float | None
     slo_met: bool | None
+    mean_task: float = 0.0
+    """Mean task time with the wait for a sandbox (the stage shares are of mix_mean, the time after it)."""
 
 
 def evaluate(
@@ -586,7 +598,7 @@ def evaluate(
         queues=queue_figs, stage_times=tt.stage_times,
         stage_shares=tt.stage_shares, resource_shares=tt.resource_shares,
         unloaded_task_seconds=sum(c.share * dem.unloaded[c.name] for c in workload.classes),
-        mean_task_seconds=tt.mix_mean if stable else None,
+        mean_task_seconds=tt.mean_task if stable else None,
         p50_task_seconds=tt.p50, p95_task_seconds=tt.p95, p99_task_seconds=tt.p99, slo_met=tt.slo_met,
         closed_loop=opp.closed,
         power_w=sum(r.power_w for r in racks), air_heat_w=sum(r.air_heat_w for r in racks),
@@ -891,12 +903,39 @@ def _gpu_calls(workload: Workload, gpu: _GpuPool) -> _GpuCalls:
     return _GpuCalls(calls_per_task, mean_l0)
 
 
+SANDBOX_POPULATION_ITERATIONS = 4
+"""Rounds of the sandbox-limited closed loop's fixed point (live population from the class task times, task times
+from the network at that population); it moves by a few agents after the first round and stops when it repeats."""
+
+
+def _sandbox_population(workload: Workload, queues: list[Queue], class_queue: dict[str, str], pools: _QueuePools,
+                        times: dict[str, float]) -> tuple[float, str | None, str]:
+    """How many live tasks of the mix the sandboxes hold when a class-c task lives times[c] seconds: class c's part
+    of the live tasks is share_c T_c / T_mix (Little's law), so queue q's memory M_q holds
+    M_q T_mix / sum_{c in q} share_c T_c mem_c of them (disk alike). Returns the smallest over the queues, the
+    queue that fills first and whether memory or disk fills it (inf, None when no class holds a sandbox)."""
+    t_mix = sum(c.share * times[c.name] for c in workload.classes)
+    best: tuple[float, str | None, str] = (math.inf, None, "memory")
+    for q in queues:
+        members = [c for c in workload.classes if class_queue.get(c.name) == q.name]
+        for held, cap, need in (
+                ("memory", pools.mem[q.name], sum(c.share * times[c.name] * c.sandbox_memory_gb for c in members)),
+                ("disk", pools.disk[q.name], sum(c.share * times[c.name] * c.sandbox_disk_gb for c in members))):
+            if need > 0 and cap * t_mix / need < best[0]:
+                best = (cap * t_mix / need, q.name, held)
+    return best
+
+
 def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], class_queue: dict[str, str],
                  a: ModelAssumptions, gpu: _GpuPool, pools: _QueuePools, dem: _Demands, slots: _Slots, idle: _Idle,
                  calls: _GpuCalls, warnings: list[str]) -> tuple[ClosedLoop | None, _Waits]:
     """The closed loop of N agents (given, else the population sandbox memory and disk allow) and, with agents
-    given, the waits and GPU stretch it implies."""
-    qmem, qdisk = pools.mem, pools.disk
+    given, the waits and GPU stretch it implies.
+
+    With more agents than the sandboxes hold, only the live ones are in the network. Their number is a fixed point:
+    the population whose class task times (from the network's waits at that population) fill the queue that fills
+    first. The others queue FIFO for a sandbox of that queue, which a task of its classes frees at rate
+    X x (their share); the wait is part of their task time."""
     cpu_calls, cpu_call_time, io_calls, io_time = dem.cpu_calls, dem.cpu_call_time, dem.io_calls, dem.io_time
     qservers, qwait_scale, io_streams, io_wait_scale = slots.servers, slots.wait_scale, slots.io_streams, \
         slots.io_wait_scale
@@ -905,29 +944,13 @@ def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], cl
     gpu_rate = gpu.rate
     gpu_rate_key = gpu.rate_key
     mix_time = idle.mix_time
-    closed: ClosedLoop | None = None
-    gpu_stretch = 1.0
-    qwait: dict[str, float] = {}
-    qwait2: dict[str, float] = {}
-    iowait: dict[str, float] = {}
-    iowait2: dict[str, float] = {}
     stable = True
     # Closed loop: agents given, else the population sandbox memory allows.
-    mem_per_agent = {q.name: sum(c.share * c.sandbox_memory_gb for c in workload.classes
-                                 if class_queue.get(c.name) == q.name) for q in queues}
-    disk_per_agent = {q.name: sum(c.share * c.sandbox_disk_gb for c in workload.classes
-                                  if class_queue.get(c.name) == q.name) for q in queues}
-    n_mem = min((qmem[q] / m for q, m in mem_per_agent.items() if m > 0), default=math.inf)
-    n_disk = min((qdisk[q] / m for q, m in disk_per_agent.items() if m > 0), default=math.inf)
-    held = "memory" if n_mem <= n_disk else "disk"
-    n_mem = min(n_mem, n_disk)
+    n_mem, tight, held = _sandbox_population(workload, queues, class_queue, pools, dem.unloaded)
     n_agents = op.agents if op.agents is not None else (int(n_mem) if math.isfinite(n_mem) else None)
-    if op.agents is not None and math.isfinite(n_mem) and op.agents > n_mem:
-        # Only the agents whose sandboxes fit are live; the others wait outside the network.
+    limited = op.agents is not None and math.isfinite(n_mem) and op.agents > n_mem
+    if limited:
         n_agents = max(1, int(n_mem))
-        warnings.append(f"sandbox {held} holds {int(n_mem):,} live tasks; the other {op.agents - int(n_mem):,} "
-                        f"agents wait for {held} and the closed loop is solved for the live ones")
-    mva_stations: list[Station] = []
     # A stage some tasks need that has no capacity ends up holding every agent: the loop completes nothing. (Left
     # out of the network, it would be skipped, and the loop would run as if that stage took no time.)
     starved = (["GPU serving (GPUs and orchestration cores)"] if has_llm and serving_cap <= 0 else []) + [
@@ -935,72 +958,113 @@ def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], cl
     ] + [f"the I/O of queue {q.name!r} (no I/O stream of local NVMe bandwidth)" for q in queues
          if io_calls[q.name] > 0 and io_streams.get(q.name, 0) <= 0]
     if n_agents is not None and n_agents >= 1 and starved:
+        if limited:
+            warnings.append(f"sandbox {held} holds {int(n_mem):,} live tasks; the other {op.agents - int(n_mem):,} "
+                            f"agents wait for {held} and the closed loop is solved for the live ones")
         closed = ClosedLoop(agents=min(n_agents, a.max_closed_loop_agents), capped=n_agents > a.max_closed_loop_agents,
                             throughput_tasks_per_hour=0.0, mean_task_seconds=None)
-        stable = False
         warnings.append(f"the closed loop completes no tasks: {' and '.join(starved)} "
                         f"{'have' if len(starved) > 1 else 'has'} no capacity")
-    elif n_agents is not None and n_agents >= 1:
-        capped = n_agents > a.max_closed_loop_agents
-        n_run = min(n_agents, a.max_closed_loop_agents)
-        # Tool and I/O stations: multi-server, exponential, with the queue scaled for call-time variability at the
-        # throughput x_hat (`variability_rate`); solved as a fixed point in x_hat (`closed_loop_fixed_point`).
-        multi: list[tuple[str, float, float, float]] = []  # (name, demand, servers, Allen-Cunneen scale)
-        for q in queues:
-            if cpu_calls[q.name] > 0 and qservers.get(q.name, 0) > 0:
-                multi.append((f"cpu:{q.name}", cpu_call_time[q.name], float(qservers[q.name]),
-                              closed_loop_scale(qwait_scale[q.name])))
-            if io_calls[q.name] > 0 and io_streams.get(q.name, 0) > 0:
-                multi.append((f"io:{q.name}", io_time[q.name], float(io_streams[q.name]),
-                              closed_loop_scale(io_wait_scale[q.name])))
+        return closed, _Waits(1.0, {}, {}, {}, {}, False)
+    if n_agents is None or n_agents < 1:
+        return None, _Waits(1.0, {}, {}, {}, {}, stable)
+    # Tool and I/O stations: multi-server, exponential, with the queue scaled for call-time variability at the
+    # throughput x_hat (`variability_rate`); solved as a fixed point in x_hat (`closed_loop_fixed_point`).
+    multi: list[tuple[str, float, float, float]] = []  # (name, demand, servers, Allen-Cunneen scale)
+    for q in queues:
+        if cpu_calls[q.name] > 0 and qservers.get(q.name, 0) > 0:
+            multi.append((f"cpu:{q.name}", cpu_call_time[q.name], float(qservers[q.name]),
+                          closed_loop_scale(qwait_scale[q.name])))
+        if io_calls[q.name] > 0 and io_streams.get(q.name, 0) > 0:
+            multi.append((f"io:{q.name}", io_time[q.name], float(io_streams[q.name]),
+                          closed_loop_scale(io_wait_scale[q.name])))
 
-        def network(x_hat: float | None) -> list[Station]:
-            out = [Station("gpu", calls_per_task * mean_l0, lambda n: gpu_rate(n) * mean_l0,
-                           rate_key=(gpu_rate_key, mean_l0))] if has_llm and serving_cap > 0 else []
-            for name, demand, servers, scale in multi:
-                out.append(variability_station(name, demand, servers, scale, x_hat))
-            return out
+    def network(x_hat: float | None) -> list[Station]:
+        out = [Station("gpu", calls_per_task * mean_l0, lambda n: gpu_rate(n) * mean_l0,
+                       rate_key=(gpu_rate_key, mean_l0))] if has_llm and serving_cap > 0 else []
+        for name, demand, servers, scale in multi:
+            out.append(variability_station(name, demand, servers, scale, x_hat))
+        return out
 
-        mva_stations = network(None)
-        if mva_stations:
-            # queue lengths only when agents are given (they set the waits); for the memory-limited population
-            # only its throughput is read, and the marginals of a 100-rack row's population underflow
-            res = closed_loop_fixed_point(exact_mva, network, mix_time["delay"], n_run,
-                                          queue_lengths=op.agents is not None)
-            mva_stations = network(res.x_hat)
-            x_n = res.result.throughput
-            res = res.result
-            closed = ClosedLoop(agents=n_run, capped=capped, throughput_tasks_per_hour=x_n * HOUR_S,
-                                mean_task_seconds=n_run / x_n)
-            if capped:
-                warnings.append(f"closed loop capped at {n_run} agents (memory allows {n_agents})")
-            if op.agents is not None:
-                # The wait's spread from the number of tasks an arriving call finds (arrival theorem); its mean
-                # stays the one Little's law gives from the residence times, so the mean task time is N / X(N).
-                found = arrival_queue_pmf(mva_stations, mix_time["delay"], n_run, x_n)
-                for i, st in enumerate(mva_stations):
-                    r_i = float(res.residence_s[i])
-                    if st.name == "gpu":
-                        gpu_stretch = r_i / st.demand_s
-                        continue
-                    qn = st.name.split(":", 1)[1]
-                    if st.name.startswith("io:"):
-                        calls_v, servers = io_calls[qn], float(io_streams[qn])
-                    else:
-                        calls_v, servers = cpu_calls[qn], float(qservers[qn])
-                    w = max(0.0, (r_i - st.demand_s) / calls_v)
-                    w2 = 2 * w * w  # exponential, if the marginal underflows
-                    if found[i] is not None:
-                        m1, m2 = multiserver_wait_moments(found[i], servers, st.demand_s / calls_v)
-                        if m1 > 0 and abs(w - m1) <= WAIT_AGREEMENT * max(w, m1):
-                            w2 = m2 * (w / m1) ** 2
-                        else:  # a wait that is cancellation noise in (R - D) / v: the arrival theorem's moment
-                            w2 = m2
-                    if st.name.startswith("io:"):
-                        iowait[qn], iowait2[qn] = w, w2
-                    else:
-                        qwait[qn], qwait2[qn] = w, w2
-    return closed, _Waits(gpu_stretch, qwait, qwait2, iowait, iowait2, stable)
+    def solve(n: int) -> tuple[ClosedLoop | None, _Waits]:
+        gpu_stretch = 1.0
+        qwait: dict[str, float] = {}
+        qwait2: dict[str, float] = {}
+        iowait: dict[str, float] = {}
+        iowait2: dict[str, float] = {}
+        capped = n > a.max_closed_loop_agents
+        n_run = min(n, a.max_closed_loop_agents)
+        if not network(None):
+            return None, _Waits(gpu_stretch, qwait, qwait2, iowait, iowait2, stable)
+        # queue lengths only when agents are given (they set the waits); for the memory-limited population
+        # only its throughput is read, and the marginals of a 100-rack row's population underflow
+        fp = closed_loop_fixed_point(exact_mva, network, mix_time["delay"], n_run, queue_lengths=op.agents is not None)
+        stations = network(fp.x_hat)
+        res = fp.result
+        x_n = res.throughput
+        closed = ClosedLoop(agents=n_run, capped=capped, throughput_tasks_per_hour=x_n * HOUR_S,
+                            mean_task_seconds=n_run / x_n)
+        if op.agents is not None:
+            # The wait's spread from the number of tasks an arriving call finds (arrival theorem); its mean
+            # stays the one Little's law gives from the residence times, so the mean task time is N / X(N).
+            found = arrival_queue_pmf(stations, mix_time["delay"], n_run, x_n)
+            for i, st in enumerate(stations):
+                r_i = float(res.residence_s[i])
+                if st.name == "gpu":
+                    gpu_stretch = r_i / st.demand_s
+                    continue
+                qn = st.name.split(":", 1)[1]
+                if st.name.startswith("io:"):
+                    calls_v, servers = io_calls[qn], float(io_streams[qn])
+                else:
+                    calls_v, servers = cpu_calls[qn], float(qservers[qn])
+                w = max(0.0, (r_i - st.demand_s) / calls_v)
+                w2 = 2 * w * w  # exponential, if the marginal underflows
+                if found[i] is not None:
+                    m1, m2 = multiserver_wait_moments(found[i], servers, st.demand_s / calls_v)
+                    if m1 > 0 and abs(w - m1) <= WAIT_AGREEMENT * max(w, m1):
+                        w2 = m2 * (w / m1) ** 2
+                    else:  # a wait that is cancellation noise in (R - D) / v: the arrival theorem's moment
+                        w2 = m2
+                if st.name.startswith("io:"):
+                    iowait[qn], iowait2[qn] = w, w2
+                else:
+                    qwait[qn], qwait2[qn] = w, w2
+        return closed, _Waits(gpu_stretch, qwait, qwait2, iowait, iowait2, stable)
+
+    closed, waits = solve(n_agents)
+    if limited and closed is not None and not closed.capped:
+        for _ in range(SANDBOX_POPULATION_ITERATIONS):
+            loaded = _task_times(workload, class_queue, gpu, pools, dem, a, waits).means
+            n_mem, tight, held = _sandbox_population(workload, queues, class_queue, pools,
+                                                     {c.name: t for c, t in zip(workload.classes, loaded)})
+            n_next = max(1, min(op.agents, int(n_mem)))
+            if n_next == n_agents:
+                break
+            n_agents = n_next
+            closed, waits = solve(n_agents)
+        waiting = op.agents - closed.agents
+        x_n = closed.throughput_tasks_per_hour / HOUR_S
+        if waiting > 0 and x_n > 0:
+            # The tasks of the queue that fills wait in its FIFO for `waiting` completions of its own classes,
+            # which come at rate X x their share from many independent tasks (Poisson): a gamma wait.
+            sigma = sum(c.share for c in workload.classes if class_queue.get(c.name) == tight)
+            rate = x_n * sigma
+            wait = {c.name: waiting / rate for c in workload.classes if class_queue.get(c.name) == tight}
+            var = {c: waiting / (rate * rate) for c in wait}
+            waits = replace(waits, sandbox_wait=wait, sandbox_wait_var=var)
+            closed = closed.model_copy(update={"mean_task_seconds": op.agents / x_n,
+                                               "sandbox_wait_seconds": waiting / x_n})
+            warnings.append(f"sandbox {held} of queue {tight!r} holds {closed.agents:,} live tasks of the mix; the "
+                            f"other {waiting:,} agents wait for {held} ({wait[next(iter(wait))]:,.0f} s on average "
+                            f"for a task of that queue, part of its task time) and the closed loop is solved for "
+                            "the live ones")
+    elif limited:
+        warnings.append(f"sandbox {held} holds {int(n_mem):,} live tasks; the other {op.agents - int(n_mem):,} "
+                        f"agents wait for {held} and the closed loop is solved for the live ones")
+    if closed is not None and closed.capped:
+        warnings.append(f"closed loop capped at {closed.agents} agents (memory allows {n_agents})")
+    return closed, waits
 
 
 def _operating_point(op: OperatingPoint, workload: Workload, queues: list[Queue], a: ModelAssumptions, gpu: _GpuPool,
@@ -1010,7 +1074,8 @@ def _operating_point(op: OperatingPoint, workload: Workload, queues: list[Queue]
     the M/M/c tool and I/O waits there."""
     if op.agents is not None and closed is not None:
         lam = closed.throughput_tasks_per_hour / HOUR_S
-        op_label = f"closed loop of {closed.agents} agents"
+        op_label = f"closed loop of {closed.agents} agents" if not closed.sandbox_wait_seconds else \
+            f"closed loop of {op.agents} agents ({closed.agents} live, the others waiting for a sandbox)"
         return _Operating(lam, op_label, closed, waits)
     x_star = bn.x_star
     stable, gpu_stretch = waits.stable, waits.gpu_stretch
@@ -1137,16 +1202,21 @@ def _task_times(workload: Workload, class_queue: dict[str, str], gpu: _GpuPool, 
             resource_shares[f"{st.resource}_wait"] += w * st.wait_s
         else:
             resource_shares[st.resource] += w * st.service_s
+    # a closed loop with more agents than sandboxes: the tasks of the queue that fills first wait for one
+    sb = [waits.sandbox_wait.get(c.name, 0.0) for c in workload.classes]
+    sb_var = [waits.sandbox_wait_var.get(c.name, 0.0) for c in workload.classes]
     if stable and mix_mean > 0:
-        p50, p95, p99 = (float(t) for t in lognormal_mixture_quantiles(shares, means, variances,
-                                                                        [0.5, a.tail_quantile, 0.99]))
+        p50, p95, p99 = (float(t) for t in lognormal_mixture_quantiles(
+            shares, [m + w for m, w in zip(means, sb)], [v + w for v, w in zip(variances, sb_var)],
+            [0.5, a.tail_quantile, 0.99]))
     else:
         p50 = p95 = p99 = None
     slo_met = None
     slo = workload.slo
     if slo and slo.p95_task_seconds:
         slo_met = p95 is not None and p95 <= slo.p95_task_seconds
-    return _TaskTimes(stage_times, means, mix_mean, stage_shares, resource_shares, p50, p95, p99, slo_met)
+    return _TaskTimes(stage_times, means, mix_mean, stage_shares, resource_shares, p50, p95, p99, slo_met,
+                      mix_mean + sum(w * x for w, x in zip(shares, sb)))
 
 
 def _utilization(queues: list[Queue], workload: Workload, class_queue: dict[str, str], gpu: _GpuPool,

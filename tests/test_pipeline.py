@@ -290,9 +290,12 @@ def test_closed_loop_littles_law(mini_catalog, agent, groups, agents):
         assert any("wait for memory" in w for w in ev.warnings)
     x = cl.throughput_tasks_per_hour / HOUR_S
     assert ev.arrival_rate_tasks_per_hour == pytest.approx(cl.throughput_tasks_per_hour, rel=1e-12)
-    # live agents = X x mean task time, with the task time built stage by stage from the residence times
+    # every agent = X x mean task time (Little's law over the whole loop), with the task time built stage by stage
+    # from the residence times plus, for the agents beyond what sandboxes hold, the wait for a sandbox
     assert ev.mean_task_seconds is not None
-    assert cl.agents == pytest.approx(x * ev.mean_task_seconds, rel=1e-6)
+    assert agents == pytest.approx(x * ev.mean_task_seconds, rel=1e-6)
+    assert cl.mean_task_seconds == pytest.approx(ev.mean_task_seconds, rel=1e-6)
+    assert cl.sandbox_wait_seconds == pytest.approx((agents - cl.agents) / x, rel=1e-12)
     # a closed loop never beats the sustainable throughput
     assert cl.throughput_tasks_per_hour <= ev.throughput_tasks_per_hour * (1 + 1e-9)
 
