@@ -81,13 +81,24 @@ def test_closed_network_matches_exact_mva():
     assert _within(res["throughput_tasks_per_hour"], x), (res["throughput_tasks_per_hour"], x)
 
 
+def _closed_loop_sim(cfg, wl, catalog, n: int, x_cf: float, tasks: int, replications: int) -> dict:
+    """n agents in the simulator, about `tasks` measured tasks per replication, warm-up of 3 mean task times at the
+    closed form's throughput x_cf (tasks/h), tasks followed to their end."""
+    from advisor.simulation.des import auto_duration
+
+    dur = auto_duration(x_cf, n / x_cf * 3600.0 / 4, tasks)
+    return simulate_model(build_model(cfg, wl, catalog), SimSettings(
+        agents=n, duration_s=dur, warmup_s=min(3.0 * n / x_cf * 3600.0, dur), replications=replications,
+        seed=2026, drain=True, wall_clock_s=600))
+
+
 @pytest.mark.slow
 def test_closed_loop_with_high_scv_tool_queue_matches_simulation(builtin):
     """CPU-bound swe-agent on one HGX B200 (28 tool cores: 14 slots; tool-call SCV ~30), closed loop at twice the
     knee population: the closed form's throughput within 6% and its p95 task time within 7% of the simulator
     (4 replications x ~2,500 tasks, tasks followed to their end). Before the closed loop carried the call-time
     spread (and had unrounded servers), its p95 was 8% low here and its throughput 6% high."""
-    from advisor.simulation.des import auto_duration, closed_form_at
+    from advisor.simulation.des import closed_form_at
 
     wl, rack = builtin.workloads["swe-agent"], builtin.racks["liquid-130kw"]
     cfg = Configuration.model_validate({"name": "cpu-bound-swe", "servers": [
@@ -98,10 +109,7 @@ def test_closed_loop_with_high_scv_tool_queue_matches_simulation(builtin):
     n = math.ceil(2 * ev.throughput_tasks_per_hour / 3600.0 * ev.unloaded_task_seconds)
     cf = closed_form_at(cfg, wl, rack, builtin, agents=n)
     x_cf = cf.closed_loop.throughput_tasks_per_hour
-    dur = auto_duration(x_cf, n / x_cf * 3600.0 / 4, 2500)
-    sim = simulate_model(build_model(cfg, wl, builtin), SimSettings(
-        agents=n, duration_s=dur, warmup_s=min(3.0 * n / x_cf * 3600.0, dur), replications=4, seed=2026,
-        drain=True, wall_clock_s=600))
+    sim = _closed_loop_sim(cfg, wl, builtin, n, x_cf, tasks=2500, replications=4)
     assert x_cf == pytest.approx(sim["throughput_tasks_per_hour"]["mean"], rel=0.06)
     assert cf.p95_task_seconds == pytest.approx(sim["p95_task_seconds"]["mean"], rel=0.07)
 
@@ -331,17 +339,14 @@ def test_sandbox_limited_closed_loop_matches_simulation(builtin):
     and its p95 task time within 10% of the simulator's (3 replications x ~1,000 tasks, tasks followed to their
     end). Before the wait for a sandbox entered the task times and the population the class task times, the
     closed form was 23% high in throughput and 36% low in p95 here (docs/validation.md)."""
-    from advisor.simulation.des import auto_duration, closed_form_at
+    from advisor.simulation.des import closed_form_at
 
     wl, rack = builtin.workloads["model-eval"], builtin.racks["liquid-130kw"]
     cfg = Configuration.model_validate(SANDBOX_LIMITED)
     n = 213
     cf = closed_form_at(cfg, wl, rack, builtin, agents=n)
     x_cf = cf.closed_loop.throughput_tasks_per_hour
-    dur = auto_duration(x_cf, n / x_cf * 3600.0 / 4, 1000)
-    sim = simulate_model(build_model(cfg, wl, builtin), SimSettings(
-        agents=n, duration_s=dur, warmup_s=min(3.0 * n / x_cf * 3600.0, dur), replications=3, seed=2026,
-        drain=True, wall_clock_s=600))
+    sim = _closed_loop_sim(cfg, wl, builtin, n, x_cf, tasks=1000, replications=3)
     assert sim["truncated"] == 0
     assert x_cf == pytest.approx(sim["throughput_tasks_per_hour"]["mean"], rel=0.05)
     assert cf.p95_task_seconds == pytest.approx(sim["p95_task_seconds"]["mean"], rel=0.10)
