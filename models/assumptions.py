@@ -21,6 +21,12 @@ class ModelAssumptions(Input):
     max_closed_loop_agents: int = Field(default=5000, gt=0)
     """Largest agent population the exact closed-network solution is computed for (cost grows as N^2); larger populations are capped and
     flagged. Chosen so one evaluation stays under a second on a 2-core machine."""
+    sandbox_limit_tolerance: float = Field(default=0.02, ge=0, lt=1)
+    """How far below the capacity bounds the sandbox-limited throughput (the closed loop of as many live tasks as
+    the sandboxes hold at loaded task times, docs/model.md 5.3) must lie to become the sustainable throughput. A
+    closed loop only approaches its bound, so some shortfall is always there; within this one the capacity figure
+    stands (the optimizer's model) and lies at most this far above the loop's. 2% keeps the headline within issue
+    #17's 5% of the simulator given the loop's own error of a few percent (docs/validation.md)."""
     tensor_parallel_domain_gpus: int = Field(default=8, gt=0)
     """Largest tensor-parallel degree chosen unless the weights need more (capped further by each chassis's
     scale-up domain): 8, one HGX/OAM baseboard's NVLink/Infinity Fabric domain (NVIDIA HGX and AMD Instinct platform

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -66,9 +67,11 @@ class Bound(Frozen):
     """One resource's limit on throughput."""
 
     name: str
-    """`gpu`, `orchestration`, `cpu:<queue>`, `memory:<queue>`, `disk:<queue>`, `io:<queue>` or `slo:<queue>`."""
+    """`gpu`, `orchestration`, `cpu:<queue>`, `memory:<queue>`, `disk:<queue>`, `io:<queue>`, `slo:<queue>` or
+    `sandboxes:<queue>` (the closed loop of the live tasks that queue's sandboxes hold at loaded task times; listed
+    only when it lies below the capacity bounds, docs/model.md 5.3)."""
     kind: str
-    """gpu, orchestration, cpu, memory, disk, io or slo."""
+    """gpu, orchestration, cpu, memory, disk, io or slo (`sandboxes:<queue>` is of kind memory or disk)."""
     tasks_per_hour: float
     """Largest throughput this resource alone allows."""
     detail: str
@@ -284,6 +287,14 @@ class _Group:
     rack: int
     profile: ServerProfile
     queue_cores: dict[str, float]
+
+
+def capacity_tasks_per_hour(ev: Evaluation) -> float:
+    """The sustainable throughput before the sandboxes' loaded-time loop (docs/model.md 5.3): the smallest capacity
+    bound, the figure the optimizer's linear model relaxes."""
+    if ev.bottleneck.startswith("sandboxes:"):
+        return next(b.tasks_per_hour for b in ev.bounds if b.name == ev.next_bottleneck)
+    return ev.throughput_tasks_per_hour
 
 
 def needs_queue(c) -> bool:
@@ -576,8 +587,13 @@ def evaluate(
     bn = _bottleneck(bounds, serving_name, workload, class_queue, gpu, pools, a.io_stream_mbps)
     idle = _gpu_idle(workload, class_queue, gpu, pools, a.io_stream_mbps, bn.x_star)
     calls = _gpu_calls(workload, gpu)
-    closed, waits = _closed_loop(config.operating_point, workload, queues, class_queue, a, gpu, pools, dem, slots,
-                                 idle, calls, warnings)
+    closed, waits, sandbox = _closed_loop(config.operating_point, workload, queues, class_queue, a, gpu, pools, dem,
+                                          slots, idle, calls, bn.binding.tasks_per_hour, warnings)
+    sb_bound = _sandbox_bound(sandbox, bn, a)
+    if sb_bound is not None:
+        bounds = [*bounds, sb_bound]
+        bn = _bottleneck(bounds, serving_name, workload, class_queue, gpu, pools, a.io_stream_mbps)
+        idle = _gpu_idle(workload, class_queue, gpu, pools, a.io_stream_mbps, bn.x_star)
     opp = _operating_point(config.operating_point, workload, queues, a, gpu, dem, slots, bn, calls, closed, waits,
                            warnings)
     opp = _check_stable(opp, warnings)
@@ -903,9 +919,12 @@ def _gpu_calls(workload: Workload, gpu: _GpuPool) -> _GpuCalls:
     return _GpuCalls(calls_per_task, mean_l0)
 
 
-SANDBOX_POPULATION_ITERATIONS = 4
-"""Rounds of the sandbox-limited closed loop's fixed point (live population from the class task times, task times
-from the network at that population); it moves by a few agents after the first round and stops when it repeats."""
+SANDBOX_POPULATION_SOLVES = 8
+"""Most closed-loop solves spent finding the live population the sandboxes hold (false position on a bracket, each
+step one solve with queue lengths); the bracket's low end, a population known to fit, is the answer."""
+SANDBOX_POPULATION_RTOL = 0.005
+"""The live-population search stops when its bracket is this narrow relative to its high end (or one agent wide):
+half a percent of the population moves the loop's throughput by less than that."""
 
 
 def _sandbox_population(workload: Workload, queues: list[Queue], class_queue: dict[str, str], pools: _QueuePools,
@@ -926,9 +945,91 @@ def _sandbox_population(workload: Workload, queues: list[Queue], class_queue: di
     return best
 
 
+@dataclass(frozen=True)
+class _SandboxLimit:
+    """The closed loop of as many live tasks as the sandboxes hold at that loop's task times."""
+
+    closed: ClosedLoop
+    waits: _Waits
+    queue: str
+    """The queue whose sandboxes fill first."""
+    held: str
+    """memory or disk."""
+
+
+def _live_population(workload: Workload, queues: list[Queue], class_queue: dict[str, str], gpu: _GpuPool,
+                     pools: _QueuePools, dem: _Demands, a: ModelAssumptions, hi: int,
+                     solve: Callable[[int, bool], tuple[ClosedLoop | None, _Waits]],
+                     enough: float | None = None) -> _SandboxLimit | None:
+    """The largest population n <= hi whose loop the sandboxes hold: g(n) >= n, g(n) the live tasks they hold at
+    the class task times of the loop of n (`_sandbox_population`); `hi` is the population they hold at unloaded
+    task times. g falls as n grows (tasks live longer in a fuller loop), so g(n) >= g(hi) for every n <= hi: g(hi)
+    is held, and the answer is the crossing of g(n) - n in [g(hi), hi], found by false position (Illinois).
+    `enough` (tasks/h): stop and return None once a held population's loop reaches it (the answer's loop, no
+    smaller, can only be faster). None also when a loop completes nothing."""
+
+    def probe(n: int) -> tuple[int, _SandboxLimit] | None:
+        closed, waits = solve(n, True)
+        if closed is None:
+            return None
+        loaded = _task_times(workload, class_queue, gpu, pools, dem, a, waits).means
+        n_mem, tight, held = _sandbox_population(workload, queues, class_queue, pools,
+                                                 {c.name: t for c, t in zip(workload.classes, loaded)})
+        return (int(n_mem) if math.isfinite(n_mem) else hi) - n, _SandboxLimit(closed, waits, tight, held)
+
+    top = probe(hi)
+    if top is None or top[0] >= 0:
+        return None if top is None else top[1]
+    lo = max(1, hi + top[0])
+    low = probe(lo)
+    if low is None or (enough is not None and low[1].closed.throughput_tasks_per_hour >= enough):
+        return None
+    (h_lo, best), h_hi = low, top[0]
+    h_lo = max(h_lo, 0)  # held, as shown above
+    side = 0
+    for _ in range(SANDBOX_POPULATION_SOLVES - 2):
+        if hi - lo <= max(1, SANDBOX_POPULATION_RTOL * hi):
+            break
+        n = lo + round((hi - lo) * h_lo / (h_lo - h_hi)) if h_lo > h_hi else (lo + hi) // 2
+        n = min(max(n, lo + 1), hi - 1)
+        got = probe(n)
+        if got is None:
+            return None
+        if got[0] >= 0:
+            if enough is not None and got[1].closed.throughput_tasks_per_hour >= enough:
+                return None
+            lo, h_lo, best = n, got[0], got[1]
+            h_hi = h_hi / 2 if side == 1 else h_hi  # Illinois: halve the end that stayed twice
+            side = 1
+        else:
+            hi, h_hi = n, got[0]
+            h_lo = h_lo / 2 if side == -1 else h_lo
+            side = -1
+    return best
+
+
+def _sandbox_bound(sandbox: _SandboxLimit | None, bn: _Bottleneck, a: ModelAssumptions) -> Bound | None:
+    """The `sandboxes:<queue>` bound when the sandbox-limited throughput lies more than
+    `sandbox_limit_tolerance` below the capacity bounds (a closed loop only approaches them: within the tolerance
+    the capacity figure stands)."""
+    if sandbox is None or sandbox.closed.capped:
+        return None
+    x = sandbox.closed.throughput_tasks_per_hour
+    if x >= bn.binding.tasks_per_hour * (1 - a.sandbox_limit_tolerance):
+        return None
+    return Bound(
+        name=f"sandboxes:{sandbox.queue}", kind=sandbox.held, tasks_per_hour=x,
+        detail=f"sandbox {sandbox.held} of queue {sandbox.queue!r} holds {sandbox.closed.agents:,} live tasks at "
+        f"their loaded task times ({sandbox.closed.mean_task_seconds:,.0f} s for a task of the mix); the closed loop "
+        f"of those completes {x:,.0f} tasks/h, {1 - x / bn.binding.tasks_per_hour:.1%} below the "
+        f"{bn.binding.name} bound",
+    )
+
+
 def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], class_queue: dict[str, str],
                  a: ModelAssumptions, gpu: _GpuPool, pools: _QueuePools, dem: _Demands, slots: _Slots, idle: _Idle,
-                 calls: _GpuCalls, warnings: list[str]) -> tuple[ClosedLoop | None, _Waits]:
+                 calls: _GpuCalls, x_cap: float, warnings: list[str]
+                 ) -> tuple[ClosedLoop | None, _Waits, _SandboxLimit | None]:
     """The closed loop of N agents (given, else the population sandbox memory and disk allow) and, with agents
     given, the waits and GPU stretch it implies.
 
@@ -965,9 +1066,9 @@ def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], cl
                             throughput_tasks_per_hour=0.0, mean_task_seconds=None)
         warnings.append(f"the closed loop completes no tasks: {' and '.join(starved)} "
                         f"{'have' if len(starved) > 1 else 'has'} no capacity")
-        return closed, _Waits(1.0, {}, {}, {}, {}, False)
+        return closed, _Waits(1.0, {}, {}, {}, {}, False), None
     if n_agents is None or n_agents < 1:
-        return None, _Waits(1.0, {}, {}, {}, {}, stable)
+        return None, _Waits(1.0, {}, {}, {}, {}, stable), None
     # Tool and I/O stations: multi-server, exponential, with the queue scaled for call-time variability at the
     # throughput x_hat (`variability_rate`); solved as a fixed point in x_hat (`closed_loop_fixed_point`).
     multi: list[tuple[str, float, float, float]] = []  # (name, demand, servers, Allen-Cunneen scale)
@@ -986,7 +1087,8 @@ def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], cl
             out.append(variability_station(name, demand, servers, scale, x_hat))
         return out
 
-    def solve(n: int) -> tuple[ClosedLoop | None, _Waits]:
+    def solve(n: int, with_waits: bool) -> tuple[ClosedLoop | None, _Waits]:
+        """The loop of n agents; `with_waits`: also the waits (their spread only when agents are given)."""
         gpu_stretch = 1.0
         qwait: dict[str, float] = {}
         qwait2: dict[str, float] = {}
@@ -998,16 +1100,17 @@ def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], cl
             return None, _Waits(gpu_stretch, qwait, qwait2, iowait, iowait2, stable)
         # queue lengths only when agents are given (they set the waits); for the memory-limited population
         # only its throughput is read, and the marginals of a 100-rack row's population underflow
-        fp = closed_loop_fixed_point(exact_mva, network, mix_time["delay"], n_run, queue_lengths=op.agents is not None)
+        fp = closed_loop_fixed_point(exact_mva, network, mix_time["delay"], n_run, queue_lengths=with_waits)
         stations = network(fp.x_hat)
         res = fp.result
         x_n = res.throughput
         closed = ClosedLoop(agents=n_run, capped=capped, throughput_tasks_per_hour=x_n * HOUR_S,
                             mean_task_seconds=n_run / x_n)
-        if op.agents is not None:
+        if with_waits:
             # The wait's spread from the number of tasks an arriving call finds (arrival theorem); its mean
             # stays the one Little's law gives from the residence times, so the mean task time is N / X(N).
-            found = arrival_queue_pmf(stations, mix_time["delay"], n_run, x_n)
+            found = arrival_queue_pmf(stations, mix_time["delay"], n_run, x_n) if op.agents is not None else \
+                [None] * len(stations)
             for i, st in enumerate(stations):
                 r_i = float(res.residence_s[i])
                 if st.name == "gpu":
@@ -1032,17 +1135,15 @@ def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], cl
                     qwait[qn], qwait2[qn] = w, w2
         return closed, _Waits(gpu_stretch, qwait, qwait2, iowait, iowait2, stable)
 
-    closed, waits = solve(n_agents)
-    if limited and closed is not None and not closed.capped:
-        for _ in range(SANDBOX_POPULATION_ITERATIONS):
-            loaded = _task_times(workload, class_queue, gpu, pools, dem, a, waits).means
-            n_mem, tight, held = _sandbox_population(workload, queues, class_queue, pools,
-                                                     {c.name: t for c, t in zip(workload.classes, loaded)})
-            n_next = max(1, min(op.agents, int(n_mem)))
-            if n_next == n_agents:
-                break
-            n_agents = n_next
-            closed, waits = solve(n_agents)
+    # The loop of as many live tasks as the sandboxes hold at its task times: the sustainable throughput when it
+    # lies below the capacity bounds (`_sandbox_bound`), and the live agents when more are given.
+    sandbox = None
+    if network(None) and math.isfinite(n_mem) and int(n_mem) <= a.max_closed_loop_agents:
+        sandbox = _live_population(workload, queues, class_queue, gpu, pools, dem, a, max(1, int(n_mem)), solve,
+                                   None if limited else (1 - a.sandbox_limit_tolerance) * x_cap)
+    if limited and sandbox is not None:
+        closed, waits, tight, held = sandbox.closed, sandbox.waits, sandbox.queue, sandbox.held
+        n_agents = closed.agents
         waiting = op.agents - closed.agents
         x_n = closed.throughput_tasks_per_hour / HOUR_S
         if waiting > 0 and x_n > 0:
@@ -1059,12 +1160,17 @@ def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], cl
                             f"other {waiting:,} agents wait for {held} ({wait[next(iter(wait))]:,.0f} s on average "
                             f"for a task of that queue, part of its task time) and the closed loop is solved for "
                             "the live ones")
-    elif limited:
-        warnings.append(f"sandbox {held} holds {int(n_mem):,} live tasks; the other {op.agents - int(n_mem):,} "
-                        f"agents wait for {held} and the closed loop is solved for the live ones")
+    else:
+        if op.agents is None and sandbox is not None:  # open arrivals: the waits are the operating point's
+            closed, waits = sandbox.closed, _Waits(1.0, {}, {}, {}, {}, stable)
+        else:
+            closed, waits = solve(n_agents, op.agents is not None)
+        if limited:
+            warnings.append(f"sandbox {held} holds {int(n_mem):,} live tasks; the other {op.agents - int(n_mem):,} "
+                            f"agents wait for {held} and the closed loop is solved for the live ones")
     if closed is not None and closed.capped:
         warnings.append(f"closed loop capped at {closed.agents} agents (memory allows {n_agents})")
-    return closed, waits
+    return closed, waits, sandbox
 
 
 def _operating_point(op: OperatingPoint, workload: Workload, queues: list[Queue], a: ModelAssumptions, gpu: _GpuPool,
@@ -1127,23 +1233,26 @@ def _check_stable(opp: _Operating, warnings: list[str]) -> _Operating:
 
 def _memory_binding_warning(bounds: list[Bound], binding: Bound, opp: _Operating, op: OperatingPoint,
                             warnings: list[str]) -> None:
-    """Warning when a sandbox-memory bound binds or nearly binds (appended to `warnings`)."""
-    if binding.kind == "memory" or any(
-            b.kind == "memory" and b.tasks_per_hour <= binding.tasks_per_hour * (1 + MEMORY_NEAR_BINDING)
-            for b in bounds):
-        # The memory bound holds sandboxes for the unloaded task time; at load tasks wait and hold them longer, so
-        # in simulation the sustained figure is lower (docs/validation.md). Always said, whatever the load.
-        closed = opp.closed
-        mem_b = min((b for b in bounds if b.kind == "memory"), key=lambda b: b.tasks_per_hour)
-        extra = ""
-        if closed is not None and op.agents is None and closed.throughput_tasks_per_hour > 0:
-            extra = (f"; the closed loop of the {closed.agents:,} tasks whose sandboxes fit completes "
-                     f"{closed.throughput_tasks_per_hour:,.0f} tasks/h")
-        near = f" (within {MEMORY_NEAR_BINDING:.0%})" if binding.kind != "memory" else ""
-        warnings.append(f"{mem_b.name} binds{near} at "
-                        f"{mem_b.tasks_per_hour:,.0f} tasks/h: sandboxes are counted for the unloaded task time, "
-                        f"and at load tasks wait and hold them longer, so less is sustained{extra} "
-                        "(see docs/validation.md)")
+    """Warning whenever sandbox memory or disk binds or nearly binds (appended to `warnings`): always said, whatever
+    the load, with the figure the sandboxes sustain at loaded task times."""
+    if binding.name.startswith("sandboxes:"):
+        held = "memory" if binding.kind == "memory" else "disk"
+        warnings.append(f"{binding.name} binds at {binding.tasks_per_hour:,.0f} tasks/h: {binding.detail}. More "
+                        f"sandbox {held} on that queue, or smaller sandboxes, raises it (docs/model.md 5.3)")
+        return
+    mem = [b for b in bounds if b.kind in ("memory", "disk")]
+    near = [b for b in mem if b.tasks_per_hour <= binding.tasks_per_hour * (1 + MEMORY_NEAR_BINDING)]
+    if not near:
+        return
+    mem_b = min(near, key=lambda b: b.tasks_per_hour)
+    closed = opp.closed
+    extra = ""
+    if closed is not None and op.agents is None and closed.throughput_tasks_per_hour > 0:
+        extra = (f"; the closed loop of the {closed.agents:,} tasks whose sandboxes fit completes "
+                 f"{closed.throughput_tasks_per_hour:,.0f} tasks/h")
+    within = f" (within {MEMORY_NEAR_BINDING:.0%})" if mem_b is not binding else ""
+    warnings.append(f"{mem_b.name} binds{within} at {mem_b.tasks_per_hour:,.0f} tasks/h: sandboxes are counted for "
+                    f"the unloaded task time, and at load tasks hold them longer{extra} (docs/model.md 5.3)")
 
 
 def _task_times(workload: Workload, class_queue: dict[str, str], gpu: _GpuPool, pools: _QueuePools, dem: _Demands,

@@ -4,6 +4,9 @@
 - The proven bound is never below an enumerated configuration's throughput (it is a valid bound).
 - An answer labelled `optimal` is never beaten by an enumerated configuration (beyond the gap).
 - The certificate evaluated neighbours and none beats the answer.
+- Where the sandboxes' loaded-time loop binds (`sandboxes:<queue>`, below the capacity bounds the MILP and this
+  oracle share), the answer is `optimal` only when it still reaches the proven bound; otherwise it says
+  `feasible` with its gap to that bound.
 The big sweep (>= 100 instances, both backends on a part) is `test_memory_oracle_sweep`; the fast one checks a
 handful of seeds."""
 
@@ -26,7 +29,8 @@ def _instance(seed: int, max_vectors: int):
     return memory_instance(seed, max_vectors)
 
 
-def _check(seed: int, max_vectors: int, backend: str = "cbc") -> str | None:
+def _check(seed: int, max_vectors: int, backend: str = "cbc") -> tuple[str, bool] | None:
+    """The answer's status and whether the sandboxes' loaded-time loop binds it (None: no instance)."""
     got = _instance(seed, max_vectors)
     if got is None:
         return None
@@ -40,8 +44,13 @@ def _check(seed: int, max_vectors: int, backend: str = "cbc") -> str | None:
     ev = res.evaluation
     assert ev is not None, ctx
     assert any(b.kind == "memory" for b in ev.bounds), ctx
-    if ev.bottleneck_kind == "memory":  # memory binding is always warned about
+    if ev.bottleneck_kind in ("memory", "disk"):  # memory binding is always warned about
         assert any(w.startswith(ev.bottleneck + " binds") for w in res.warnings), (res.warnings, ctx)
+    # the MILP's capacity model was a relaxation here: the sandboxes' loop binds the answer, or bound the MILP's own
+    # answer (evaluated below its prediction) before the local search moved away from it
+    sandbox_bound = ev.bottleneck.startswith("sandboxes:") or any("the MILP predicted" in w for w in res.warnings)
+    if res.status != "optimal":  # not proven: the gap to the proven bound is said
+        assert res.gap == pytest.approx((res.bound_tasks_per_hour - x) / x, rel=1e-6, abs=1e-9), ctx
     assert res.bound_tasks_per_hour is not None, ctx
     assert orc.tasks_per_hour <= res.bound_tasks_per_hour * (1 + 1e-9) + 1e-9, "bound below a real answer: " + ctx
     assert x <= res.bound_tasks_per_hour * (1 + 1e-9) + 1e-9, ctx
@@ -50,9 +59,19 @@ def _check(seed: int, max_vectors: int, backend: str = "cbc") -> str | None:
     cert = res.certificate
     assert cert is not None and cert.complete, ctx
     assert cert.neighbours > 0, ctx
-    assert cert.adopted == 0 and (cert.best_gain is None or cert.best_gain <= MIN_GAIN), (
+    assert cert.best_gain is None or cert.best_gain <= MIN_GAIN, f"a better neighbour is left ({cert}): " + ctx
+    # a neighbour beats the MILP's own answer only where the MILP was a relaxation there: its answer evaluated below
+    # the MILP's prediction (the sandboxes' loop binding), and the optimizer said so
+    assert cert.adopted == 0 or any("the MILP predicted" in w for w in res.warnings), (
         f"certificate found a better neighbour ({cert}): " + ctx)
-    return res.status
+    return res.status, sandbox_bound
+
+
+def _proven_share(checked: list[tuple[str, bool]]) -> None:
+    """Where capacity binds, at least 80% of the answers are proven optimal; where the sandboxes' loop binds, the
+    MILP's capacity model is only a relaxation and the label says whether the bound was still reached."""
+    capacity = [st for st, sb in checked if not sb]
+    assert capacity.count("optimal") >= 0.8 * len(capacity), checked
 
 
 SWEEP_SEEDS = range(100, 300)
@@ -63,9 +82,9 @@ def test_sweep_has_at_least_100_instances():
 
 
 def test_memory_binding_mixed_skus_fast():
-    statuses = [s for s in (_check(seed, 300) for seed in range(30)) if s is not None]
-    assert len(statuses) >= 10
-    assert statuses.count("optimal") >= 0.8 * len(statuses), statuses
+    checked = [s for s in (_check(seed, 300) for seed in range(30)) if s is not None]
+    assert len(checked) >= 10
+    _proven_share(checked)
 
 
 @pytest.mark.slow
@@ -74,9 +93,9 @@ def test_memory_oracle_sweep(block):
     """The instances of SWEEP_SEEDS (>= 100, `test_sweep_has_at_least_100_instances`) in 8 blocks, vectors up to
     2,000 per instance."""
     seeds = list(SWEEP_SEEDS)[block::8]
-    statuses = [s for s in (_check(seed, 2000) for seed in seeds) if s is not None]
-    assert len(statuses) >= 8, len(statuses)
-    assert statuses.count("optimal") >= 0.8 * len(statuses), statuses
+    checked = [s for s in (_check(seed, 2000) for seed in seeds) if s is not None]
+    assert len(checked) >= 8, len(checked)
+    _proven_share(checked)
 
 
 # seeds whose instances mix two serving setups (most others draw a GPU that holds no replica of the model)
@@ -94,8 +113,9 @@ def test_backends_agree_under_memory(seed):
 
 @pytest.mark.parametrize("seed", [1, 4, 13, 20, 23])
 def test_certificate_ceiling_matches_the_evaluator(seed):
-    """The certificate's cheap screen equals the evaluator's sustainable throughput (no tail-wait target here) on
-    the answer and on every neighbour that fits, so a screened-out neighbour really cannot beat the answer."""
+    """The certificate's cheap screen equals the evaluator's capacity figure (no tail-wait target here; the
+    sandboxes' loaded-time loop only lowers the sustainable throughput below it) on the answer and on every
+    neighbour that fits, so a screened-out neighbour really cannot beat the answer."""
     from advisor.optimizer.certificate import ceiling_tasks_per_hour, fits, neighbours
     from advisor.optimizer.formulation import Problem
     from advisor.optimizer.optimize import _catalog_of
@@ -125,6 +145,10 @@ def test_certificate_ceiling_matches_the_evaluator(seed):
         except ValueError:
             continue
         c = ceiling_tasks_per_hour(groups, options, inst.workload, queues, servings)
-        assert c == pytest.approx(ev.throughput_tasks_per_hour, rel=1e-9, abs=1e-9), groups
+        # the capacity figure: below it only the sandboxes' loaded-time loop, which the ceiling leaves out
+        capacity = ev.throughput_tasks_per_hour if not ev.bottleneck.startswith("sandboxes:") else next(
+            b.tasks_per_hour for b in ev.bounds if b.name == ev.next_bottleneck)
+        assert c == pytest.approx(capacity, rel=1e-9, abs=1e-9), groups
+        assert c >= ev.throughput_tasks_per_hour * (1 - 1e-9), groups
         checked += 1
     assert checked > 3

@@ -25,6 +25,11 @@ from models.hardware import Rack
 from models.pipeline import evaluate
 from models.workload import CpuStage, Workload
 
+FACTOR_RTOL = 1e-6
+"""The bisection also stops when its bracket on the tool-work factor is this narrow (relative): where the tool share
+jumps at the flip (the operating point follows the sustainable throughput, which a bound taking over can lower
+abruptly, e.g. the sandboxes' loop of docs/model.md 5.3), the shares never come within their tolerance."""
+
 GPU_SIDE = ("gpu", "orchestration")
 """Bound kinds on the GPU side: the GPU pool and the host cores that drive it (models/pipeline.py, `Bound.kind`)."""
 
@@ -81,7 +86,7 @@ def layout_fit(configuration_a: dict | None, workload: Workload, rack: Rack, cat
     g_hi, sh_hi, _ = _probe(cfg, workload, rack, catalog, s, hi)
     flip = scale = None
     if g_lo and not g_hi:
-        while sh_hi - sh_lo > s.layout_fit_share_tolerance:
+        while sh_hi - sh_lo > s.layout_fit_share_tolerance and hi > lo * (1 + FACTOR_RTOL):
             mid = math.sqrt(lo * hi)
             g_mid, sh_mid, _ = _probe(cfg, workload, rack, catalog, s, mid)
             if g_mid:

@@ -28,7 +28,7 @@ from models.base import Frozen
 from models.catalog import Catalog
 from models.config import Configuration, OperatingPoint, Queue, ServerGroup
 from models.hardware import Rack
-from models.pipeline import Evaluation, evaluate, needs_queue
+from models.pipeline import Evaluation, capacity_tasks_per_hour, evaluate, needs_queue
 from models.rack_physics import rack_switch
 from models.tco import Tco
 from models.performance import cpu_call_seconds, stage_gpu_latency_s
@@ -928,7 +928,7 @@ def _search_partitions(sp: _SearchSpace, clock: Deadline) -> tuple[_Candidate, b
             # utilization bands; every other stage is one solve. ub: a proven bound on X where the stage's model
             # is a relaxation of the evaluator (None where it is not, or unknown).
             nodes, ub = _solve_coupled(p, sp.layout, sp.objective, sp.backend, s, clock, sp.racks, memory)
-            key, pn, b, sol, notes, ev, _ = nodes[0]
+            key, pn, b, sol, notes, ev, _, _ = nodes[0]
             if p.slo_curves and _slo_mixed_speeds(p) and sp.objective == "max_throughput":
                 # the curves assume the slowest speed of a mix: conservative, not a relaxation; the bound comes
                 # from the same model with every core at the fastest speed, unless the answer already reaches the
@@ -1126,14 +1126,18 @@ def _solve_coupled(p: Problem, layout: Layout, objective: Objective, backend: st
             key = (x_eval, -power)
         else:
             key = _cost_key(ev, objective, pn, power, sol, b) if sol.has_solution else (False, -math.inf, 0.0)
-        return key, pn, b, sol, notes, ev, ub
+        return key, pn, b, sol, notes, ev, ub, capacity_tasks_per_hour(ev) if ev is not None else 0.0
 
     dims = routing_dims(p) if memory and _has_sandboxes(p) else []
     root = node({})
     done = [root]
     if objective != "max_throughput" or not dims or root[6] is None:
         return done, root[6]
-    best_x = root[0][0]
+    # Nodes are closed against the best evaluated *capacity* figure, the one the MILP relaxes: the sandboxes' loop
+    # (docs/model.md 5.3) lies below every node's bound and no branching on the bands closes that gap. The bound
+    # stays valid (every configuration's figure is at most its capacity, at most its node's bound); the answer is
+    # the best evaluated one, and its label says whether it reaches the bound.
+    best_x = root[7]
     budget = s.throughput_tie_tolerance * root[2].x_upper
     heap: list = []
     seq = 0
@@ -1175,8 +1179,8 @@ def _solve_coupled(p: Problem, layout: Layout, objective: Objective, backend: st
             done.append(cn)
             if cn[6] is None and cn[3].status != "infeasible":
                 unknown = True
-            if cn[0][0] > best_x:
-                best_x = cn[0][0]
+            if cn[7] > best_x:
+                best_x = cn[7]
             push(cn, cb)
     bound = max(best_x, closed_ub) if not heap else max(best_x, closed_ub, -heap[0][0])
     if unknown:
@@ -1287,7 +1291,8 @@ def _certify(result: OptimizeResult, p: Problem, options: list[ServerOption], la
         "bottleneck": ev2.bottleneck, "configuration": cfg2.model_dump(mode="json", exclude_none=True),
         "evaluation": ev2, "tco": ev2.tco, "constraints": [], "shadow_prices": [],
         "message": _summary(ev2, result.binding_constraints), "certificate": cert,
-        "warnings": result.warnings + ev2.warnings[len(ev0.warnings):] + [
+        # the solver's notes stay; the evaluator's are the adopted answer's
+        "warnings": [w for w in result.warnings if w not in ev0.warnings] + ev2.warnings + [
             f"the local search found {cert.adopted} better neighbour(s) of the solver's answer and returns the "
             "best (the MILP's relaxation missed them); constraint statuses and shadow prices are left out"]})
     if objective == "max_throughput":
