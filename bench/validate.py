@@ -352,11 +352,18 @@ def _group_rows(label: str, st: dict) -> str:
             f"{f(st['over'])} | {status} |")
 
 
+SCRATCH_WALL_MIN = 17.7
+"""Wall minutes of the full grid without a simulation cache, 2 jobs on this 2-core machine (measured 2026-12-06 at
+1b3a079: 1,061 s), quoted on the page because the last run reused a cache."""
+
+
 def write_doc(rows: list[dict], skipped: list[str], path: Path, cmd: str, wall: float, quick: bool) -> dict:
     total = regime_status(rows)
     L = ["# Validation: closed form against simulation", "",
          f"Regenerate: `{cmd}` (from the repository root; {wall / 60:.1f} min wall on {os.cpu_count()} shared "
-         f"cores{', quick mode' if quick else ''}). This page is written by the script.", "",
+         f"cores{', quick mode' if quick else ''} for the run below, which reused through `--sim-cache` the "
+         "simulations of an earlier pass whose configurations and populations had not changed; from scratch, "
+         f"{SCRATCH_WALL_MIN:.0f} min with `--jobs 2` on this machine). This page is written by the script.", "",
          "The closed form is `models.pipeline.evaluate`; the simulator is `advisor/simulation/des.py` (SimPy; its "
          "docstring states every modelling choice). Each configuration is built from the built-in catalog "
          "(`bench/validate.py` `make_config`, one server per GPU group): layout A = GPU servers only, tools on host "
@@ -378,7 +385,7 @@ def write_doc(rows: list[dict], skipped: list[str], path: Path, cmd: str, wall: 
          f"- **Latency**: open Poisson arrivals at {LOAD:.0%} of the sustainable throughput; p95 and mean task time.",
          f"- Error = (closed form - simulation) / simulation. Simulated figures are means over {REPLICATIONS} "
          f"independent replications of about {TARGET_TASKS} measured tasks each (warm-up of 3 mean task times "
-         "discarded): a budget that fits ~150 configurations on 2 busy cores (the last run: two passes sharing a simulation cache, `--sim-cache`). Single rows carry the sampling "
+         "discarded): a budget that fits ~150 configurations on 2 busy cores. Single rows carry the sampling "
          "noise described below; the medians are stable.", "",
          "## Targets", "",
          f"Issue #17 item 6, in every regime: throughput median <= {TARGET_THR_MEDIAN:.0%} and worst <= "

@@ -7,6 +7,7 @@ from pydantic import ValidationError
 
 from advisor.optimizer.optimize import optimize
 from advisor.simulation.des import SimSettings, build_model, closed_form_at, simulate_model
+from models.assumptions import ModelAssumptions
 from models.config import Configuration
 from models.hardware import RackSystem
 from models.pipeline import evaluate
@@ -113,12 +114,17 @@ def test_presets_carry_disk_and_io(builtin):
 
 
 def test_disk_capacity_bounds_live_sandboxes_and_is_named(builtin):
-    """Sandbox disk bounds throughput by Little's law like memory, and the optimizer names sandbox_disk."""
+    """Sandbox disk bounds throughput by Little's law like memory, and the optimizer names sandbox_disk. At loaded
+    task times the disk holds fewer live tasks than the unloaded bound counts: the sustainable figure is their
+    loop (`sandboxes:shared`, of kind disk, docs/model.md 5.3), below the disk bound."""
     w = _with_classes(builtin.workloads["swe-agent"], fields={"sandbox_disk_gb": 2000.0})
     rack = builtin.racks["air-40kw"]
     ev = evaluate(_cfg(*SWE_SERVERS), w, rack, builtin)
-    assert ev.bottleneck == "disk:shared" and ev.bottleneck_kind == "disk"
+    assert ev.bottleneck == "sandboxes:shared" and ev.bottleneck_kind == "disk"
+    assert ev.next_bottleneck == "disk:shared"
     disk = next(b for b in ev.bounds if b.name == "disk:shared")
+    assert ev.throughput_tasks_per_hour < disk.tasks_per_hour * (1 - ModelAssumptions().sandbox_limit_tolerance)
+    assert any(m.startswith("sandboxes:shared binds at") and "sandbox disk" in m for m in ev.warnings)
     q = ev.queues[0]
     # disk is shared out by cores, like memory: the GPU servers' 16 orchestration cores of 112 keep their part
     cores = builtin.cpus["xeon-8570"].cores * 2
@@ -126,8 +132,12 @@ def test_disk_capacity_bounds_live_sandboxes_and_is_named(builtin):
     assert disk.tasks_per_hour < 0.5 * next(b.tasks_per_hour for b in ev.bounds if b.name == "gpu")
     res = optimize(w, rack, builtin, layout="b", explain=False)
     assert "sandbox_disk:shared" in res.binding_constraints
-    assert res.evaluation.bottleneck == "disk:shared"
-    assert res.predicted_tasks_per_hour == pytest.approx(res.throughput_tasks_per_hour, rel=1e-4)
+    # the MILP's linear disk bound relaxes the loop the disk holds: the answer is evaluated below the prediction,
+    # says so, and is not labelled optimal (its gap is to the proven bound)
+    x = res.throughput_tasks_per_hour
+    assert res.evaluation.bottleneck == "sandboxes:shared" and res.evaluation.next_bottleneck == "disk:shared"
+    assert x < res.predicted_tasks_per_hour and any("the MILP predicted" in m for m in res.warnings)
+    assert res.status == "feasible" and res.gap == pytest.approx((res.bound_tasks_per_hour - x) / x, rel=1e-9)
 
 
 def test_io_station_shows_in_evaluate(builtin):

@@ -1294,7 +1294,10 @@ def _certify(result: OptimizeResult, p: Problem, options: list[ServerOption], la
         # the solver's notes stay; the evaluator's are the adopted answer's
         "warnings": [w for w in result.warnings if w not in ev0.warnings] + ev2.warnings + [
             f"the local search found {cert.adopted} better neighbour(s) of the solver's answer and returns the "
-            "best (the MILP's relaxation missed them); constraint statuses and shadow prices are left out"]})
+            "best (the MILP's relaxation missed them); constraint statuses and shadow prices are left out"] + ([
+                f"the local search stopped at its {s.certificate_steps} steps (certificate_steps) with a neighbour "
+                f"still {cert.best_gain:.2%} better: not a local optimum; allow more steps to go on"]
+                if cert.best_gain is not None and cert.best_gain > s.certificate_min_gain else [])})
     if objective == "max_throughput":
         return _relabel(new, bound, s, clock, budget)
     return new.model_copy(update={"status": "feasible", "gap": None})

@@ -712,7 +712,12 @@ def _risks(res: OptimizeResult, sweeps: dict, sources: list[dict]) -> list[str]:
         out.append(f"Solver status {res.status}" + (f" (gap {res.gap:.2%})" if res.gap else "")
                    + ": a better configuration may exist; re-run with a longer time limit.")
     if ev is not None:
-        if ev.bottleneck_kind in ("cpu", "slo", "memory"):
+        if ev.bottleneck.startswith("sandboxes:"):
+            out.append(f"The bottleneck is the {names.pool(ev.bottleneck)}: sandboxes live as long as their tasks, "
+                       "so any wait (GPU batching, tool queues) leaves fewer of them running. Sandbox size and "
+                       "task time decide it; measure both in the pilot, and more memory or disk per core on the "
+                       "tool servers raises it.")
+        elif ev.bottleneck_kind in ("cpu", "slo", "memory"):
             out.append(f"The bottleneck is {names.pool(ev.bottleneck)}: throughput scales with the tool work per task; if tools "
                        "are heavier than the workload file says, throughput falls in proportion (see the tool-time "
                        "sweep).")

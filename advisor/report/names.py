@@ -19,6 +19,7 @@ POOL_TITLES = {
     "disk": "sandbox disk",
     "io": "sandbox I/O bandwidth",
     "slo": "tool-wait target",
+    "sandboxes": "live tasks the sandboxes hold (at loaded task times)",
     "none": "nothing (no configuration)",
 }
 """Titles of the evaluator's bounds (`models.pipeline.Bound.name`: `gpu`, `orchestration` or `<kind>:<queue>`)."""
