@@ -3,9 +3,10 @@
 A `ServerMenu` fixes the server groups (chassis, CPU, GPU, GPUs per server, orchestration cores, cores per tool
 queue) and the queues; a screening call takes a (P, S) array of server counts, one row per configuration of one
 rack, and returns the same bounds `models.pipeline.evaluate` computes for each row (GPU compute, orchestration,
-their per-server combination, each queue's cores, sandbox memory and disk, disk bandwidth and tail-wait target), the sustainable
-throughput (their minimum), the binding bound, and the rack's power, air and liquid heat and space against its
-budgets. The per-server figures come from the evaluator's own code (`resolve_groups`), so a row and the
+their per-server combination, each queue's cores, sandbox memory and disk, disk bandwidth and tail-wait target), their
+minimum (the evaluator's capacity figure: its sustainable throughput, or above it where the sandboxes' loaded-time
+loop binds, docs/model.md 5.3, so a screen never rules out a row the evaluator would keep), the binding bound, and
+the rack's power, air and liquid heat and space against its budgets. The per-server figures come from the evaluator's own code (`resolve_groups`), so a row and the
 configuration it stands for evaluate to the same bounds (tests/test_fast_evaluator.py checks 1e-9 relative).
 
 No latencies, closed loop or costs: for those, evaluate the rows that survive the screen.

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from advisor.catalog import builtin_catalog, load_configuration
 from models.config import Configuration, OperatingPoint
 from models.distributions import lognormal_mixture_quantiles
-from models.pipeline import evaluate
+from models.pipeline import capacity_tasks_per_hour, evaluate
 from models.queueing import Station, clear_caches, exact_mva
 from models.screening import configuration_of, screen, server_menu
 
@@ -222,14 +222,16 @@ def test_screening_matches_evaluate(cat, which, seed):
         if row.sum() == 0:
             continue
         ev = evaluate(configuration_of(menu, row), w, r, cat)
-        listed = {b.name: b.tasks_per_hour for b in ev.bounds}
+        # the screen gives the capacity bounds; the sandboxes' loaded-time loop below them needs the closed network
+        listed = {b.name: b.tasks_per_hour for b in ev.bounds if not b.name.startswith("sandboxes:")}
         screened = {nm: float(sc.bounds[i, j]) for j, nm in enumerate(sc.bound_names)
                     if not math.isnan(sc.bounds[i, j])}
         assert listed.keys() == screened.keys(), (row, listed, screened)
         for nm, v in listed.items():
             assert close(screened[nm], v), (nm, screened[nm], v)
-        assert close(float(sc.throughput_tasks_per_hour[i]), ev.throughput_tasks_per_hour)
-        assert names[i] == ev.bottleneck
+        assert close(float(sc.throughput_tasks_per_hour[i]), capacity_tasks_per_hour(ev))
+        assert float(sc.throughput_tasks_per_hour[i]) >= ev.throughput_tasks_per_hour * (1 - REL)
+        assert names[i] == (ev.next_bottleneck if ev.bottleneck.startswith("sandboxes:") else ev.bottleneck)
         assert close(float(sc.power_w[i]), ev.power_w)
         assert close(float(sc.air_heat_w[i]), ev.air_heat_w)
         assert close(float(sc.liquid_heat_w[i]), ev.liquid_heat_w)
