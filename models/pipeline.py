@@ -1098,8 +1098,8 @@ def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], cl
         n_run = min(n, a.max_closed_loop_agents)
         if not network(None):
             return None, _Waits(gpu_stretch, qwait, qwait2, iowait, iowait2, stable)
-        # queue lengths only when agents are given (they set the waits); for the memory-limited population
-        # only its throughput is read, and the marginals of a 100-rack row's population underflow
+        # queue lengths only where the waits are read (agents given, the sandboxes' population search); for the
+        # open-arrival loop only its throughput is read, and the marginals of a 100-rack row's population underflow
         fp = closed_loop_fixed_point(exact_mva, network, mix_time["delay"], n_run, queue_lengths=with_waits)
         stations = network(fp.x_hat)
         res = fp.result
