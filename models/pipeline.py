@@ -958,7 +958,7 @@ class _SandboxLimit:
 
 
 def _live_population(workload: Workload, queues: list[Queue], class_queue: dict[str, str], gpu: _GpuPool,
-                     pools: _QueuePools, dem: _Demands, a: ModelAssumptions, hi: int,
+                     pools: _QueuePools, a: ModelAssumptions, hi: int,
                      solve: Callable[[int, bool], tuple[ClosedLoop | None, _Waits]],
                      enough: float | None = None) -> _SandboxLimit | None:
     """The largest population n <= hi whose loop the sandboxes hold: g(n) >= n, g(n) the live tasks they hold at
@@ -972,7 +972,7 @@ def _live_population(workload: Workload, queues: list[Queue], class_queue: dict[
         closed, waits = solve(n, True)
         if closed is None:
             return None
-        loaded = _task_times(workload, class_queue, gpu, pools, dem, a, waits).means
+        loaded, _ = _class_moments(workload, class_queue, gpu, pools, a, waits)
         n_mem, tight, held = _sandbox_population(workload, queues, class_queue, pools,
                                                  {c.name: t for c, t in zip(workload.classes, loaded)})
         return (int(n_mem) if math.isfinite(n_mem) else hi) - n, _SandboxLimit(closed, waits, tight, held)
@@ -1139,7 +1139,7 @@ def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], cl
     # lies below the capacity bounds (`_sandbox_bound`), and the live agents when more are given.
     sandbox = None
     if network(None) and math.isfinite(n_mem) and int(n_mem) <= a.max_closed_loop_agents:
-        sandbox = _live_population(workload, queues, class_queue, gpu, pools, dem, a, max(1, int(n_mem)), solve,
+        sandbox = _live_population(workload, queues, class_queue, gpu, pools, a, max(1, int(n_mem)), solve,
                                    None if limited else (1 - a.sandbox_limit_tolerance) * x_cap)
     if limited and sandbox is not None:
         closed, waits, tight, held = sandbox.closed, sandbox.waits, sandbox.queue, sandbox.held
@@ -1255,13 +1255,14 @@ def _memory_binding_warning(bounds: list[Bound], binding: Bound, opp: _Operating
                     f"the unloaded task time, and at load tasks hold them longer{extra} (docs/model.md 5.3)")
 
 
-def _task_times(workload: Workload, class_queue: dict[str, str], gpu: _GpuPool, pools: _QueuePools, dem: _Demands,
-                a: ModelAssumptions, waits: _Waits) -> _TaskTimes:
-    """Stage times and shares, resource shares and the task-time distribution's quantiles at the operating point."""
+def _class_moments(workload: Workload, class_queue: dict[str, str], gpu: _GpuPool, pools: _QueuePools,
+                   a: ModelAssumptions, waits: _Waits, rows: list[StageTime] | None = None
+                   ) -> tuple[list[float], list[float]]:
+    """Per class, the task time's mean and variance at the waits given; each stage's service and wait are appended
+    to `rows` when one is passed (share left 0). The sandboxes' population search reads the means alone."""
     stage_latency, qperf, stream = gpu.stage_latency, pools.perf, a.io_stream_mbps
     gpu_stretch, stable = waits.gpu_stretch, waits.stable
     qwait, qwait2, iowait, iowait2 = waits.qwait, waits.qwait2, waits.iowait, waits.iowait2
-    stage_times: list[StageTime] = []
     means, variances = [], []
     for c in workload.classes:
         qn = class_queue.get(c.name)
@@ -1284,15 +1285,22 @@ def _task_times(workload: Workload, class_queue: dict[str, str], gpu: _GpuPool, 
                 var_occ = (s.cv * per_service) ** 2 + max(0.0, w2 - wait * wait)
             else:
                 per, wait, var_occ = s.seconds, 0.0, (s.cv * s.seconds) ** 2
-            mean_stage = s.count * per
-            m_tot += mean_stage
+            m_tot += s.count * per
             v_tot += s.count * var_occ + (s.count_cv * s.count) ** 2 * per * per
-            stage_times.append(StageTime(
-                task_class=c.name, stage=s.name, resource=s.resource,
-                service_s=s.count * (per - wait), wait_s=s.count * wait, share=0.0,
-            ))
+            if rows is not None:
+                rows.append(StageTime(task_class=c.name, stage=s.name, resource=s.resource,
+                                      service_s=s.count * (per - wait), wait_s=s.count * wait, share=0.0))
         means.append(m_tot)
         variances.append(v_tot)
+    return means, variances
+
+
+def _task_times(workload: Workload, class_queue: dict[str, str], gpu: _GpuPool, pools: _QueuePools, dem: _Demands,
+                a: ModelAssumptions, waits: _Waits) -> _TaskTimes:
+    """Stage times and shares, resource shares and the task-time distribution's quantiles at the operating point."""
+    stable = waits.stable
+    stage_times: list[StageTime] = []
+    means, variances = _class_moments(workload, class_queue, gpu, pools, a, waits, stage_times)
     shares = [c.share for c in workload.classes]
     mix_mean = sum(w * m for w, m in zip(shares, means))
     by_class = {c.name: c.share for c in workload.classes}
