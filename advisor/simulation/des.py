@@ -58,10 +58,11 @@ Measurement
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
-from collections import deque
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
@@ -282,86 +283,84 @@ def build_model(config: Configuration, workload: Workload, catalog: Catalog,
 
 
 # ----------------------------------------------------------------------------------------------------- resources
-class _Replica:
-    __slots__ = ("env", "pool", "sku", "l0", "d", "cap", "speed", "n", "v", "last", "heap", "version", "seq",
-                 "area_n", "area_work", "area_empty", "max_rate")
+# The engine keeps SimPy's environment as its calendar (env.schedule / env.run) but schedules few, light events:
+# a task is a state machine scheduled as its own event (no generator process), a FIFO slot station computes each
+# call's start and end when the call arrives (no event of its own), a delay only moves the time the next station
+# sees the task, and a GPU replica keeps one armed timer that a change moves only when the next completion comes
+# earlier. Events left per task: one per arrival at a station whose time is not now, one per GPU completion (plus
+# an early timer after an arrival slows a replica) and one at the task's end.
 
-    def __init__(self, env, pool, sku: int, spec: SkuSpec):
-        self.env, self.pool, self.sku = env, pool, sku
+class _Timer:
+    """The GPU pool's completion timer on SimPy's calendar (the attributes SimPy's step reads)."""
+
+    __slots__ = ("callbacks",)
+    _ok = True
+    _value = None
+
+    def __init__(self, callbacks):
+        self.callbacks = callbacks
+
+
+class _Replica:
+    """Processor sharing with a load-dependent rate: b calls each progress at speed / (L0 + (b - 1) d) work/s.
+    Work is tracked in virtual time v (work each present call has received); a call leaves when v reaches its
+    finish tag."""
+
+    __slots__ = ("idx", "sku", "l0", "d", "cap", "speed", "n", "v", "last", "heap", "seq", "area_n", "area_work",
+                 "area_empty", "max_rate")
+
+    def __init__(self, idx: int, sku: int, spec: SkuSpec):
+        self.idx, self.sku = idx, sku
         self.l0, self.d, self.cap, self.speed = spec.l0, spec.d, spec.batch_limit, spec.speed
         self.n = 0
         self.v = 0.0
         self.last = 0.0
         self.heap: list = []
-        self.version = 0
         self.seq = 0
         self.area_n = self.area_work = self.area_empty = 0.0
         self.max_rate = self.speed * self.cap / (self.l0 + (self.cap - 1) * self.d)
 
-    def rate(self) -> float:
-        return self.speed / (self.l0 + (self.n - 1) * self.d)
-
-    def advance(self) -> None:
-        now = self.env.now
+    def advance(self, now: float) -> None:
         dt = now - self.last
         if dt > 0:
-            if self.n:
-                r = self.rate()
+            n = self.n
+            if n:
+                r = self.speed / (self.l0 + (n - 1) * self.d)
                 self.v += dt * r
-                self.area_n += dt * self.n
-                self.area_work += dt * self.n * r
+                self.area_n += dt * n
+                self.area_work += dt * n * r
             else:
                 self.area_empty += dt
             self.last = now
 
-    def add(self, work: float, ev) -> None:
-        self.advance()
-        self.n += 1
-        self.seq += 1
-        heapq.heappush(self.heap, (self.v + work, self.seq, ev))
-        self._reschedule()
-
-    def _reschedule(self) -> None:
-        self.version += 1
-        if self.heap:
-            dt = max(0.0, (self.heap[0][0] - self.v) / self.rate())
-            t = self.env.timeout(dt)
-            t.callbacks.append(_Fire(self, self.version))
-
-    def fire(self, version: int) -> None:
-        if version != self.version:
-            return
-        self.advance()
-        tol = 1e-9 * (1.0 + abs(self.v))
-        done = []
-        while self.heap and self.heap[0][0] <= self.v + tol:
-            done.append(heapq.heappop(self.heap)[2])
-            self.n -= 1
-        for ev in done:
-            ev.succeed()
-        self.pool.refill(self)
-        self._reschedule()
-
-
-class _Fire:
-    __slots__ = ("rep", "version")
-
-    def __init__(self, rep, version):
-        self.rep, self.version = rep, version
-
-    def __call__(self, _event):
-        self.rep.fire(self.version)
+    def next_dt(self) -> float:
+        """Seconds to the next completion at the present load (inf when idle)."""
+        if not self.heap:
+            return math.inf
+        dt = (self.heap[0][0] - self.v) * (self.l0 + (self.n - 1) * self.d) / self.speed
+        return dt if dt > 0.0 else 0.0
 
 
 class _GpuPool:
-    def __init__(self, env, skus: list[SkuSpec]):
-        self.env = env
-        self.replicas = [_Replica(env, self, i, s) for i, s in enumerate(skus) for _ in range(s.replicas)]
-        self.wait: list = []  # FIFO (deque semantics via index)
-        self.head = 0
-        self.max_rate = sum(r.max_rate for r in self.replicas)
+    """The replicas of every SKU, with one timer on the calendar for the pool's next completion. A change at one
+    replica moves the timer only when that replica's next completion becomes the pool's earliest; an arrival that
+    slows the earliest replica leaves the timer early, and it re-arms when it fires."""
 
-    def submit(self, rel: list[float], g: float, ev) -> None:
+    def __init__(self, env, skus: list[SkuSpec], done: Callable):
+        self.env = env
+        self.replicas = [_Replica(0, i, s) for i, s in enumerate(skus) for _ in range(s.replicas)]
+        for j, r in enumerate(self.replicas):
+            r.idx = j
+        self.nt = [math.inf] * len(self.replicas)
+        """Each replica's next completion time at its present load."""
+        self.armed = math.inf
+        """Time of the one timer that counts (others on the calendar are stale): at or before every next completion."""
+        self.wait: deque = deque()
+        self.max_rate = sum(r.max_rate for r in self.replicas)
+        self.done = done
+        self._cbs = [self._fire]
+
+    def submit(self, rel: list[float], g: float, task) -> None:
         best, best_t = None, math.inf
         for r in self.replicas:
             if r.n < r.cap:
@@ -369,83 +368,132 @@ class _GpuPool:
                 if t < best_t:
                     best, best_t = r, t
         if best is None:
-            self.wait.append((rel, g, ev))
-        else:
-            best.add(rel[best.sku] * g, ev)
+            self.wait.append((rel, g, task))
+            return
+        now = self.env.now
+        best.advance(now)
+        best.n += 1
+        best.seq += 1
+        heapq.heappush(best.heap, (best.v + rel[best.sku] * g, best.seq, task))
+        dt = best.next_dt()
+        self.nt[best.idx] = now + dt
+        if now + dt < self.armed:
+            self.armed = now + dt  # the same float SimPy files the event under, so the timer knows itself
+            self.env.schedule(_Timer(self._cbs), 1, dt)
 
-    def refill(self, rep: _Replica) -> None:
-        while rep.n < rep.cap and self.head < len(self.wait):
-            rel, g, ev = self.wait[self.head]
-            self.wait[self.head] = None
-            self.head += 1
-            rep.add(rel[rep.sku] * g, ev)
-        if self.head > 4096 and self.head * 2 > len(self.wait):
-            del self.wait[: self.head]
-            self.head = 0
+    def _fire(self, timer: _Timer) -> None:
+        now = self.env.now
+        if now != self.armed:
+            return
+        self.armed = math.inf
+        nt = self.nt
+        due = now + 1e-9 * (1.0 + now)
+        done = []
+        wait = self.wait
+        for j, t in enumerate(nt):
+            if t > due:
+                continue
+            rep = self.replicas[j]
+            rep.advance(now)
+            tol = 1e-9 * (1.0 + abs(rep.v))
+            heap = rep.heap
+            while heap and heap[0][0] <= rep.v + tol:
+                done.append(heapq.heappop(heap)[2])
+                rep.n -= 1
+            while wait and rep.n < rep.cap:
+                rel, g, task = wait.popleft()
+                rep.n += 1
+                rep.seq += 1
+                heapq.heappush(heap, (rep.v + rel[rep.sku] * g, rep.seq, task))
+            nt[j] = now + rep.next_dt()
+        first = min(nt)
+        if first < math.inf:
+            dt = first - now
+            if dt < 0.0:
+                dt = 0.0
+            self.armed = now + dt
+            self.env.schedule(_Timer(self._cbs), 1, dt)
+        for task in done:
+            self.done(task)
 
-    def snapshot(self) -> tuple[float, float, float]:
+    def snapshot(self, now: float) -> tuple[float, float, float]:
         for r in self.replicas:
-            r.advance()
+            r.advance(now)
         return (sum(r.area_n for r in self.replicas), sum(r.area_work for r in self.replicas),
                 sum(r.area_empty for r in self.replicas))
 
 
-class _CpuQueue:
-    """FIFO pool of call slots with time integrals of busy slots and busy cores."""
+class _Slots:
+    """A FIFO pool of identical call slots. Calls are offered in time order, so each call's start is known when it
+    arrives (Kiefer-Wolfowitz: the earliest time a slot frees, or now): no event of its own. Busy slot-time and
+    core-time are integrated over the measurement window as the calls are placed; measured calls' waits are kept."""
 
-    def __init__(self, env, spec: QueueSpec):
-        self.env = env
+    __slots__ = ("spec", "slots", "free", "area_cores", "area_slots", "w0", "w1", "calls", "wait_sum", "waits")
+
+    def __init__(self, spec: QueueSpec, w0: float, w1: float):
         self.spec = spec
         self.slots = max(1, spec.slots)
+        self.free = [0.0] * self.slots  # a heap of the times each slot frees
+        self.area_cores = self.area_slots = 0.0
+        self.w0, self.w1 = w0, w1
+        self.calls = 0
+        self.wait_sum = 0.0
+        self.waits: list[float] = []
+
+    def place(self, now: float, service: float, par: float) -> float:
+        """Start time of a call arriving now with this service time (its slot is held until start + service)."""
+        free = self.free
+        f = free[0]
+        start = f if f > now else now
+        end = start + service
+        heapq.heapreplace(free, end)
+        if end > self.w0 and start < self.w1:
+            held = (end if end < self.w1 else self.w1) - (start if start > self.w0 else self.w0)
+            self.area_slots += held
+            self.area_cores += held * par
+        return start
+
+
+class _Store:
+    """Sandbox memory or disk of a queue: a task takes its amount before it starts and gives it back at its end;
+    tasks that do not fit wait FIFO (the head blocks the ones behind it)."""
+
+    __slots__ = ("level", "waiting")
+
+    def __init__(self, capacity: float):
+        self.level = capacity
         self.waiting: deque = deque()
-        self.busy_cores = 0.0
-        self.busy_slots = 0
-        self.last = 0.0
-        self.area_cores = 0.0
-        self.area_slots = 0.0
 
-    def _upd(self) -> None:
-        now = self.env.now
-        dt = now - self.last
-        if dt > 0:
-            self.area_cores += dt * self.busy_cores
-            self.area_slots += dt * self.busy_slots
-            self.last = now
+    def take(self, amount: float, task) -> bool:
+        if not self.waiting and self.level >= amount - 1e-9:
+            self.level -= amount
+            return True
+        self.waiting.append((amount, task))
+        return False
 
-    def try_acquire(self, par: float):
-        """Take a slot now (returns None) or get an event that fires when this call is given one."""
-        if self.busy_slots < self.slots:
-            self._upd()
-            self.busy_slots += 1
-            self.busy_cores += par
-            return None
-        ev = self.env.event()
-        self.waiting.append((ev, par))
-        return ev
-
-    def release(self, par: float) -> None:
-        self._upd()
-        self.busy_cores -= par
-        if self.waiting:
-            ev, p2 = self.waiting.popleft()
-            self.busy_cores += p2
-            ev.succeed()
-        else:
-            self.busy_slots -= 1
-
-    def snapshot(self) -> tuple[float, float]:
-        self._upd()
-        return self.area_cores, self.area_slots
+    def give(self, amount: float) -> list:
+        """Return the amount; the waiting tasks that now fit, in order (their amounts taken)."""
+        self.level += amount
+        out = []
+        w = self.waiting
+        while w and self.level >= w[0][0] - 1e-9:
+            a, task = w.popleft()
+            self.level -= a
+            out.append(task)
+        return out
 
 
-class _Gamma:
-    """Buffered standard-gamma draws per shape (numpy's vectorized draws are much cheaper than scalar calls)."""
+class _Draws:
+    """Buffered random draws (numpy's vectorized draws are much cheaper than scalar calls): standard gamma per
+    shape, uniforms and unit exponentials."""
 
-    def __init__(self, rng: np.random.Generator, block: int = 2048):
+    def __init__(self, rng: np.random.Generator, block: int = 4096):
         self.rng, self.block = rng, block
         self.buf: dict[float, list] = {}
+        self.u: list = []
+        self.e: list = []
 
-    def __call__(self, mean: float, cv: float) -> float:
+    def gamma(self, mean: float, cv: float) -> float:
         if cv <= 0:
             return mean
         k = 1.0 / (cv * cv)
@@ -455,6 +503,49 @@ class _Gamma:
             self.buf[k] = b
         return b.pop() * mean / k
 
+    def uniform(self) -> float:
+        if not self.u:
+            self.u = self.rng.random(self.block).tolist()
+        return self.u.pop()
+
+    def exponential(self, mean: float) -> float:
+        if not self.e:
+            self.e = self.rng.standard_exponential(self.block).tolist()
+        return self.e.pop() * mean
+
+    def block_of(self, mean: float, cv: float) -> list[float]:
+        """A block of gamma draws with this mean and cv, already scaled (a stage's own buffer: one list pop per
+        occurrence)."""
+        if cv <= 0:
+            return [mean] * self.block
+        k = 1.0 / (cv * cv)
+        return (self.rng.standard_gamma(k, self.block) * (mean / k)).tolist()
+
+
+class _Task:
+    """One task: its class, arrival, the stage indices it runs in order (turns interleaved) and where it is. It is
+    scheduled on SimPy's calendar as its own event (at most one pending at a time)."""
+
+    __slots__ = ("callbacks", "ci", "cls", "t_arr", "measured", "phase", "seq", "pos", "t_gpu", "g", "tid")
+    _ok = True
+    _value = None
+
+    def __init__(self, ci: int, cls: ClassSpec, t_arr: float, measured: bool):
+        self.callbacks = None
+        self.ci, self.cls, self.t_arr, self.measured = ci, cls, t_arr, measured
+        self.phase = 0
+        self.seq: list[int] = []
+        self.pos = 0
+        self.t_gpu = self.g = 0.0
+        self.tid = None
+
+
+class _Arrivals:
+    """The open-arrival stream as one recurring calendar event."""
+
+    __slots__ = ("callbacks",)
+    _ok = True
+    _value = None
 
 TOOL_WAIT_QUANTILE = 0.95
 """Quantile of the per-call wait for a core reported as `tool_wait_p95_s` (the workload's tool_wait_p95_seconds)."""
@@ -506,35 +597,38 @@ class _Run:
         self.m = model
         self.st = st
         self.rng = np.random.default_rng(seed)
-        self._gamma = _Gamma(self.rng)
+        self.draw = _Draws(self.rng)
         self.env = simpy.Environment()
-        self.gpu = _GpuPool(self.env, model.skus) if model.skus else None
-        self.queues = {n: _CpuQueue(self.env, q) for n, q in model.queues.items()}
-        self.io = {n: _CpuQueue(self.env, QueueSpec(n, q.io_streams, 1.0, q.io_streams, 1.0, 0.0))
+        ut = unloaded_times(model)
+        mix = sum(c.share * ut[c.name] for c in model.classes)
+        self.warm = st.warmup_s if st.warmup_s is not None else min(st.duration_s, max(3 * mix, 2 * max(ut.values())))
+        self.w0, self.w1 = self.warm, self.warm + st.duration_s
+        self.tmax = st.max_sim_s if st.max_sim_s is not None else self.w1 + 4 * st.duration_s
+        self.gpu = _GpuPool(self.env, model.skus, self._gpu_done) if model.skus else None
+        self.queues = {n: _Slots(q, self.w0, self.w1) for n, q in model.queues.items()}
+        self.io = {n: _Slots(QueueSpec(n, q.io_streams, 1.0, q.io_streams, 1.0, 0.0), self.w0, self.w1)
                    for n, q in model.queues.items() if q.io_streams > 0}
-        self.mem = {}
-        self.disk = {}
+        self.mem: dict[str, _Store] = {}
+        self.disk: dict[str, _Store] = {}
         if st.memory_limit:
             for n, q in model.queues.items():
                 need = max((c.memory_gb for c in model.classes if c.queue == n), default=0.0)
                 if need > 0:
                     if q.memory_gb < need:
                         raise InputError(f"queue {n!r} has {q.memory_gb:g} GB of sandbox memory, less than one task needs")
-                    self.mem[n] = simpy.Container(self.env, capacity=q.memory_gb, init=q.memory_gb)
+                    self.mem[n] = _Store(q.memory_gb)
                 need = max((c.disk_gb for c in model.classes if c.queue == n), default=0.0)
                 if need > 0:
                     if q.disk_gb < need:
                         raise InputError(f"queue {n!r} has {q.disk_gb:g} GB of sandbox disk, less than one task needs")
-                    self.disk[n] = simpy.Container(self.env, capacity=q.disk_gb, init=q.disk_gb)
-        ut = unloaded_times(model)
-        mix = sum(c.share * ut[c.name] for c in model.classes)
-        self.warm = st.warmup_s if st.warmup_s is not None else min(st.duration_s, max(3 * mix, 2 * max(ut.values())))
-        self.w0, self.w1 = self.warm, self.warm + st.duration_s
-        self.tmax = st.max_sim_s if st.max_sim_s is not None else self.w1 + 4 * st.duration_s
-        self.cum = np.cumsum([c.share for c in model.classes])
-        self.cum[-1] = 1.0
+                    self.disk[n] = _Store(q.disk_gb)
+        cum = np.cumsum([c.share for c in model.classes])
+        cum[-1] = 1.0
+        self.cum = cum.tolist()
         self.recorder = recorder
         self.task_seq = 0
+        self._wake = [self._go]
+        self.rate_s = 0.0
         # statistics
         ncls = len(model.classes)
         self.completions = 0
@@ -545,171 +639,228 @@ class _Run:
         self.stage_time = [[0.0] * len(c.stages) for c in model.classes]
         self.stage_wait = [[0.0] * len(c.stages) for c in model.classes]
         self.measured_by_class = [0] * ncls
-        self.calls_by_queue = {n: 0 for n in model.queues}
-        self.wait_by_queue = {n: 0.0 for n in model.queues}
-        self.waits_by_queue: dict[str, list[float]] = {n: [] for n in model.queues}
-        """Each measured tool call's wait for a core, for the wait quantile (the tool-wait target is a p95)."""
-        self.io_calls_by_queue = {n: 0 for n in model.queues}
-        self.io_wait_by_queue = {n: 0.0 for n in model.queues}
+        # Per class and stage: (kind, station, parallelism, gamma mean, gamma cv), and the stage's buffer of draws
+        # (a GPU call's draw is its work factor G, mean 1).
+        self.ops = [[(s.kind, self._station(s), s.parallelism if s.kind == CPU else 1.0,
+                      1.0 if s.kind == GPU else s.mean_s, s.cv) for s in c.stages] for c in model.classes]
+        self.bufs = [[[] for _ in c.stages] for c in model.classes]
         self.gpu_calls = 0
         self.gpu_call_time = 0.0
         self.snap0 = self.snap1 = None
         self.truncated = False
         self._stages = 0
+        self._guard_at = GUARD_EVERY_STAGES
         self.deadline = math.inf
+
+    def _station(self, s: StageSpec) -> _Slots | None:
+        if s.kind == CPU:
+            return self.queues[s.queue]
+        if s.kind == IO:
+            return self.io[s.queue]
+        return None
+
+    def _refill(self, ci: int, i: int) -> float:
+        _, _, _, mean, cv = self.ops[ci][i]
+        b = self.draw.block_of(mean, cv)
+        self.bufs[ci][i] = b
+        return b.pop()
 
     # draws
 
     def _count(self, s: StageSpec, u: float | None) -> int:
         if s.count_cv <= 0:
             x = s.count
-        else:
+        elif u is not None:
             k = 1.0 / (s.count_cv * s.count_cv)
-            x = (gammaincinv(k, u) if u is not None else self.rng.gamma(k)) * s.count / k
+            x = gammaincinv(k, u) * s.count / k
+        else:
+            x = self.draw.gamma(s.count, s.count_cv)
         n = int(x)
-        if self.rng.random() < x - n:
+        if self.draw.uniform() < x - n:
             n += 1
         return n
 
-    def _task(self, ci: int, t_arr: float):
-        env, rng = self.env, self.rng
-        cls = self.m.classes[ci]
-        measured = self.w0 <= t_arr < self.w1
+    def _pick(self) -> int:
+        return bisect.bisect_right(self.cum, self.draw.uniform())
+
+    # a task's life
+
+    def _arrive(self, ci: int) -> None:
+        now = self.env.now
+        measured = self.w0 <= now < self.w1
         if measured:
             self.outstanding += 1
-        cont = self.mem.get(cls.queue) if cls.memory_gb > 0 else None
-        if cont is not None:
-            yield cont.get(cls.memory_gb)
-        dcont = self.disk.get(cls.queue) if cls.disk_gb > 0 else None
-        if dcont is not None:
-            yield dcont.get(cls.disk_gb)
-        u = rng.random() if self.st.count_coupling == "comonotone" else None
+        self._admit(_Task(ci, self.m.classes[ci], now, measured))
+
+    def _admit(self, task: _Task) -> None:
+        """Take the task's sandbox memory, then its disk (waiting FIFO for each), then start it."""
+        cls = task.cls
+        if task.phase == 0:
+            task.phase = 1
+            store = self.mem.get(cls.queue) if cls.memory_gb > 0 else None
+            if store is not None and not store.take(cls.memory_gb, task):
+                return
+        if task.phase == 1:
+            task.phase = 2
+            store = self.disk.get(cls.queue) if cls.disk_gb > 0 else None
+            if store is not None and not store.take(cls.disk_gb, task):
+                return
+        u = self.draw.uniform() if self.st.count_coupling == "comonotone" else None
         counts = [self._count(s, u) for s in cls.stages]
-        times = self.stage_time[ci] if measured else None
-        waits = self.stage_wait[ci] if measured else None
-        rec = self.recorder
-        tid = None
-        if rec is not None:
-            self.task_seq += 1
-            tid = self.task_seq
+        seq: list[int] = []
         for block in cls.blocks:
-            nmax = max(counts[i] for i in block)
-            for t in range(nmax):
-                for i in block:
-                    if counts[i] <= t:
-                        continue
-                    s = cls.stages[i]
-                    t0 = env.now
-                    if s.kind == DELAY:
-                        yield env.timeout(self._gamma(s.mean_s, s.cv))
-                        ts = t0
-                    elif s.kind == CPU:
-                        q = self.queues[s.queue]
-                        ev = q.try_acquire(s.parallelism)
-                        if ev is not None:
-                            yield ev
-                        ts = env.now
-                        yield env.timeout(self._gamma(s.mean_s, s.cv))
-                        q.release(s.parallelism)
-                        if measured:
-                            waits[i] += ts - t0
-                            self.calls_by_queue[s.queue] += 1
-                            self.wait_by_queue[s.queue] += ts - t0
-                            self.waits_by_queue[s.queue].append(ts - t0)
-                    elif s.kind == IO:
-                        q = self.io[s.queue]
-                        ev = q.try_acquire(1.0)
-                        if ev is not None:
-                            yield ev
-                        ts = env.now
-                        yield env.timeout(self._gamma(s.mean_s, s.cv))
-                        q.release(1.0)
-                        if measured:
-                            waits[i] += ts - t0
-                            self.io_calls_by_queue[s.queue] += 1
-                            self.io_wait_by_queue[s.queue] += ts - t0
-                    else:
-                        ev = env.event()
-                        g = self._gamma(1.0, s.cv)
-                        self.gpu.submit(s.rel, g, ev)
-                        yield ev
-                        ts = t0
-                        if measured:
-                            self.gpu_calls += 1
-                            self.gpu_call_time += env.now - t0
-                    if measured:
-                        times[i] += env.now - t0
-                    if rec is not None:
-                        rec(tid, cls, s, ts, env.now, g if s.kind == GPU else None)
-                    self._stages += 1
-                    if self._stages % GUARD_EVERY_STAGES == 0:
-                        self._check_limits()
-        if cont is not None:
-            yield cont.put(cls.memory_gb)
-        if dcont is not None:
-            yield dcont.put(cls.disk_gb)
+            if len(block) == 1:
+                seq.extend(block * counts[block[0]])
+            else:
+                nmax = max(counts[i] for i in block)
+                seq.extend(i for t in range(nmax) for i in block if counts[i] > t)
+        task.seq = seq
+        if self.recorder is not None:
+            self.task_seq += 1
+            task.tid = self.task_seq
+        self._go(task)
+
+    def _go(self, task: _Task) -> None:
+        """Run the task's stages from where it is, at the current time: delays add up, a slot station places the
+        call at once; the task goes back on the calendar when its next station arrival (or its end) is later than
+        now, and waits in the GPU pool for a model call. (The hot loop of the engine: locals, no calls but the
+        placement.)"""
+        env = self.env
         now = env.now
+        t = now
+        seq, pos, ci = task.seq, task.pos, task.ci
+        pos0 = pos
+        ops, bufs = self.ops[ci], self.bufs[ci]
+        times, waits = self.stage_time[ci], self.stage_wait[ci]
+        measured = task.measured
+        rec = self.recorder
+        end = len(seq)
+        while pos < end:
+            i = seq[pos]
+            kind, station, par, _, _ = ops[i]
+            if kind != DELAY and t > now:
+                break
+            b = bufs[i]
+            x = b.pop() if b else self._refill(ci, i)
+            if kind == DELAY:
+                if measured:
+                    times[i] += x
+                if rec is not None:
+                    rec(task.tid, task.cls, task.cls.stages[i], t, t + x, None)
+                t += x
+            elif kind == GPU:
+                task.pos = pos
+                task.t_gpu = now
+                task.g = x
+                self.gpu.submit(task.cls.stages[i].rel, x, task)
+                self._guard(pos - pos0 + 1)
+                return
+            else:
+                start = station.place(now, x, par)
+                t = start + x
+                if measured:
+                    w = start - now
+                    waits[i] += w
+                    times[i] += t - now
+                    station.calls += 1
+                    station.wait_sum += w
+                    station.waits.append(w)
+                if rec is not None:
+                    rec(task.tid, task.cls, task.cls.stages[i], start, t, None)
+            pos += 1
+        task.pos = pos
+        self._guard(pos - pos0)
+        if t > now:
+            task.callbacks = self._wake
+            env.schedule(task, 1, t - now)
+            return
+        self._finish(task)
+
+    def _guard(self, stages: int) -> None:
+        self._stages += stages
+        if self._stages >= self._guard_at:
+            self._guard_at = self._stages + GUARD_EVERY_STAGES
+            self._check_limits()
+
+    def _gpu_done(self, task: _Task) -> None:
+        now = self.env.now
+        i = task.seq[task.pos]
+        if task.measured:
+            self.stage_time[task.ci][i] += now - task.t_gpu
+            self.gpu_calls += 1
+            self.gpu_call_time += now - task.t_gpu
+        if self.recorder is not None:
+            self.recorder(task.tid, task.cls, task.cls.stages[i], task.t_gpu, now, task.g)
+        task.pos += 1
+        self._go(task)
+
+    def _finish(self, task: _Task) -> None:
+        now = self.env.now
+        cls, ci = task.cls, task.ci
+        admitted = []
+        if cls.memory_gb > 0 and cls.queue in self.mem:
+            admitted += self.mem[cls.queue].give(cls.memory_gb)
+        if cls.disk_gb > 0 and cls.queue in self.disk:
+            admitted += self.disk[cls.queue].give(cls.disk_gb)
         if self.w0 <= now < self.w1:
             self.completions += 1
             self.class_completions[ci] += 1
-        if measured:
+        if task.measured:
             self.outstanding -= 1
-            self.task_times.append(now - t_arr)
+            self.task_times.append(now - task.t_arr)
             self.task_class.append(ci)
             self.measured_by_class[ci] += 1
+        for waiting in admitted:
+            self._admit(waiting)
+        if self.st.agents:  # closed loop: the agent starts its next task (behind any that waited for room)
+            self._arrive(self._pick())
 
-    def _pick(self) -> int:
-        return int(np.searchsorted(self.cum, self.rng.random(), side="right"))
+    def _on_arrival(self, ev: _Arrivals) -> None:
+        self._arrive(self._pick())
+        ev.callbacks = self._arrival_cbs
+        self.env.schedule(ev, 1, self.draw.exponential(1.0 / self.rate_s))
 
-    def _agent(self):
-        while True:
-            yield from self._task(self._pick(), self.env.now)
-
-    def _arrivals(self, rate_s: float):
-        env = self.env
-        while True:
-            yield env.timeout(self.rng.exponential(1.0 / rate_s))
-            env.process(self._task(self._pick(), env.now))
-
-    def _snap(self):
-        yield self.env.timeout(self.w0)
-        self.snap0 = self._take()
+    # running
 
     def _take(self):
-        return (self.gpu.snapshot() if self.gpu else None, {n: q.snapshot() for n, q in self.queues.items()},
-                {n: q.snapshot() for n, q in self.io.items()})
+        return (self.gpu.snapshot(self.env.now) if self.gpu else None,
+                {n: (q.area_cores, q.area_slots) for n, q in self.queues.items()},
+                {n: (q.area_cores, q.area_slots) for n, q in self.io.items()})
 
     def _check_limits(self) -> None:
         if time.monotonic() > self.deadline:
             raise WallClockExceeded()
         cancel.check()
 
-    def _guard(self, dt: float):
-        while True:
-            yield self.env.timeout(dt)
-            self._check_limits()
+    def _run_to(self, until: float) -> None:
+        if until > self.env.now:
+            self.env.run(until=until)
 
     def run(self) -> dict:
         st, env = self.st, self.env
-        if st.agents:
-            for _ in range(st.agents):
-                env.process(self._agent())
-        elif st.arrival_rate_per_hour:
-            env.process(self._arrivals(st.arrival_rate_per_hour / HOUR_S))
-        else:
-            raise InputError("give agents or an arrival rate")
-        env.process(self._snap())
         start = time.monotonic()
         self.deadline = start + st.wall_clock_s
-        env.process(self._guard(max(self.w1 / 400.0, 1e-3)))
         try:
-            env.run(until=min(self.w1, self.tmax))
+            if st.agents:
+                for _ in range(st.agents):
+                    self._arrive(self._pick())
+            elif st.arrival_rate_per_hour:
+                self.rate_s = st.arrival_rate_per_hour / HOUR_S
+                ev = _Arrivals()
+                self._arrival_cbs = ev.callbacks = [self._on_arrival]
+                env.schedule(ev, 1, self.draw.exponential(1.0 / self.rate_s))
+            else:
+                raise InputError("give agents or an arrival rate")
+            self._run_to(min(self.w0, self.tmax))
+            if env.now >= self.w0 or self.w0 <= 0:
+                self.snap0 = self._take()
+            self._run_to(min(self.w1, self.tmax))
             if env.now >= self.w1 and self.snap0 is not None:
                 self.snap1 = self._take()
             if st.drain:
                 step = max(st.duration_s / 20.0, 1.0)
                 while self.outstanding > 0 and env.now < self.tmax:
-                    env.run(until=min(env.now + step, self.tmax))
+                    self._run_to(min(env.now + step, self.tmax))
         except WallClockExceeded:
             self.truncated = True
         if self.outstanding > 0 and st.drain:
@@ -729,7 +880,7 @@ class _Run:
         r["throughput_mix_tasks_per_hour"] = min(self.class_completions[i] / (c.share * D) * HOUR_S
                                                  for i, c in enumerate(m.classes))
         util: dict[str, float] = {}
-        g0, q0, io0 = self.snap0
+        g0 = self.snap0[0]
         g1, q1, io1 = self.snap1
         if self.gpu:
             util["gpu"] = (g1[1] - g0[1]) / (self.gpu.max_rate * D)
@@ -737,18 +888,17 @@ class _Run:
             r["gpu_replica_empty_fraction"] = (g1[2] - g0[2]) / (len(self.gpu.replicas) * D)
             r["gpu_idle_fraction"] = 1.0 - util["gpu"]
             r["gpu_mean_call_s"] = self.gpu_call_time / self.gpu_calls if self.gpu_calls else 0.0
+        # Slot stations integrate their busy time over the window itself (each call clipped to it when placed).
         for n, q in self.queues.items():
             if q.spec.slots > 0 and any(s.queue == n for c in m.classes for s in c.stages):
-                util[f"cpu:{n}"] = (q1[n][0] - q0[n][0]) / (q.spec.cores * D) if q.spec.cores else 0.0
-                util[f"cpu_slots:{n}"] = (q1[n][1] - q0[n][1]) / (q.spec.slots * D)
-                calls = self.calls_by_queue[n]
-                r.setdefault("tool_wait_mean_s", {})[n] = self.wait_by_queue[n] / calls if calls else 0.0
-                r.setdefault("tool_wait_p95_s", {})[n] = float(np.quantile(self.waits_by_queue[n], TOOL_WAIT_QUANTILE)) \
-                    if calls else 0.0
+                util[f"cpu:{n}"] = q1[n][0] / (q.spec.cores * D) if q.spec.cores else 0.0
+                util[f"cpu_slots:{n}"] = q1[n][1] / (q.spec.slots * D)
+                r.setdefault("tool_wait_mean_s", {})[n] = q.wait_sum / q.calls if q.calls else 0.0
+                r.setdefault("tool_wait_p95_s", {})[n] = float(np.quantile(q.waits, TOOL_WAIT_QUANTILE)) \
+                    if q.calls else 0.0
         for n, q in self.io.items():
-            util[f"io:{n}"] = (io1[n][1] - io0[n][1]) / (q.spec.slots * D)
-            calls = self.io_calls_by_queue[n]
-            r.setdefault("io_wait_mean_s", {})[n] = self.io_wait_by_queue[n] / calls if calls else 0.0
+            util[f"io:{n}"] = io1[n][1] / (q.spec.slots * D)
+            r.setdefault("io_wait_mean_s", {})[n] = q.wait_sum / q.calls if q.calls else 0.0
         r["utilization"] = util
         tt = np.asarray(self.task_times)
         r["tasks_measured"] = int(tt.size)
