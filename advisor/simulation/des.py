@@ -46,6 +46,13 @@ Sandbox memory (optional, on by default)
     form) from start to end; a task that does not fit waits FIFO before it starts (the wait counts in its time).
     Sandbox disk (sandbox_disk_gb against the queue's share of local NVMe) is held the same way.
 
+Engine
+    SimPy's environment is the calendar; a task is its own calendar event (at most one pending) and runs its stages
+    from one station arrival to the next: delays add up without an event, a tool or I/O call is placed on arrival
+    (a FIFO pool of identical slots: the call starts when the earliest slot frees, Kiefer-Wolfowitz, so it needs no
+    event of its own), and the GPU pool keeps one timer for its earliest completion. The previous engine (a process
+    per task, an event per call) is kept in bench/reference_sim.py to measure this one against.
+
 Measurement
     A warm-up is discarded. Throughput counts completions in the window [warm-up, warm-up + duration); task times,
     stage times and waits are those of tasks that *arrive* in the window, followed to completion (the run continues
