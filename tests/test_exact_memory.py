@@ -85,7 +85,8 @@ def test_sweep_has_at_least_100_instances():
 
 
 def test_memory_binding_mixed_skus_fast():
-    checked = [s for s in (_check(seed, 300) for seed in range(30)) if s is not None]
+    # seeds 0-25 give 11 instances at about 0.3 s each (seed 26's takes 4.7 s; the slow sweep covers its kind)
+    checked = [s for s in (_check(seed, 300) for seed in range(26)) if s is not None]
     assert len(checked) >= 10
     _proven_share(checked)
 

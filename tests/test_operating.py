@@ -16,6 +16,7 @@ from advisor.simulation.des import SimSettings, auto_duration, build_model, simu
 from models.assumptions import ModelAssumptions
 from models.config import Configuration
 from models.queueing import erlang_c
+from tiers import tiered
 
 A = ModelAssumptions()
 
@@ -176,9 +177,9 @@ def test_queue_length_quantile_matches_its_definition():
     assert k == 0 or C * rho ** k > 0.05
 
 
-@pytest.mark.parametrize("preset,rack", [("swe-agent", "air-40kw"), ("rl-rollout", "air-40kw"),
-                                         ("model-eval", "legacy-air-15kw"), ("batch-generation", "air-40kw"),
-                                         ("interactive-rl-mix", "legacy-air-15kw")])
+@pytest.mark.parametrize("preset,rack", tiered([("swe-agent", "air-40kw"), ("interactive-rl-mix", "legacy-air-15kw"),
+                                                ("rl-rollout", "air-40kw"), ("model-eval", "legacy-air-15kw"),
+                                                ("batch-generation", "air-40kw")], fast=2))
 def test_no_alert_threshold_equals_its_expected_value(cat, preset, rack):
     """The done-when test of issue #20 item 7: every threshold sits strictly on the alerting side of the model's
     value at the operating point, and the report prints them differently."""

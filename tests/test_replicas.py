@@ -21,6 +21,7 @@ from models.performance import gpu_rates, gpu_serving
 from models.pipeline import evaluate
 from models.workload import Workload
 from oracle import assert_buildable
+from tiers import tiered
 
 
 @functools.cache
@@ -154,9 +155,14 @@ def test_layout_a_reserves_at_least_the_engine_floor():
                 assert p.engine_min_cores == p.replicas * (2 + servings[p.serving_key].replica_gpus)
 
 
-@pytest.mark.parametrize("layout", ["a", "b", "hybrid"])
-@pytest.mark.parametrize("workload,rack", [("swe-agent", "air-40kw"), ("rl-rollout", "air-40kw"),
-                                           ("model-eval", "liquid-130kw")])
+_PRESETS = [("swe-agent", "air-40kw"), ("rl-rollout", "air-40kw"), ("model-eval", "liquid-130kw")]
+_LAYOUTS = ["a", "b", "hybrid"]
+
+
+# one layout per preset in the fast tier (each layout once), the other six in the slow tier
+@pytest.mark.parametrize("workload,rack,layout", tiered(
+    [(*p, _LAYOUTS[i]) for i, p in enumerate(_PRESETS)]
+    + [(*p, lay) for i, p in enumerate(_PRESETS) for lay in _LAYOUTS if lay != _LAYOUTS[i]], fast=3))
 def test_preset_answers_are_whole_replicas_with_engine_floor(workload, rack, layout):
     w = wl(workload)
     res = optimize(w, cat().racks[rack], cat(), layout=layout, explain=False, time_limit_s=60)

@@ -81,6 +81,24 @@ def test_closed_network_matches_exact_mva():
     assert _within(res["throughput_tasks_per_hour"], x), (res["throughput_tasks_per_hour"], x)
 
 
+def test_replications_in_worker_processes_give_the_serial_figures():
+    """`workers` only changes where the replications run: each has its own seed, so the figures are identical."""
+    l0, d = 2.0, 0.5
+    stages = [StageSpec("c/gen", "gen", GPU, 3, 0.5, 1.0, rel=[1.0]),
+              StageSpec("c/tool", "tool", CPU, 3, 0.5, 1.0, mean_s=3.0, queue="q"),
+              StageSpec("c/wait", "wait", DELAY, 1, 0, 1.0, mean_s=4.0)]
+    model = _model(stages, [SkuSpec("g", 2, l0, d, 8, 1.0, 1.0, 1, 2)], {"q": QueueSpec("q", 4, 1.0, 4, 1.0, 0.0)})
+    runs = [simulate_model(model, SimSettings(agents=10, duration_s=2000, warmup_s=100, replications=3, seed=9,
+                                              workers=w)) for w in (1, 2)]
+    serial, parallel = ([{k: v for k, v in r.items() if k != "wall_s"} for r in run["per_replication"]]
+                        for run in runs)
+    assert serial == parallel
+    assert runs[0]["throughput_tasks_per_hour"] == runs[1]["throughput_tasks_per_hour"]
+    assert len({r["throughput_tasks_per_hour"] for r in serial}) == 3  # the replications do differ
+    with pytest.raises(InputError, match="workers"):
+        simulate_model(model, SimSettings(agents=10, duration_s=100, replications=2, workers=0))
+
+
 def _closed_loop_sim(cfg, wl, catalog, n: int, x_cf: float, tasks: int, replications: int) -> dict:
     """n agents in the simulator, about `tasks` measured tasks per replication, warm-up of 3 mean task times at the
     closed form's throughput x_cf (tasks/h), tasks followed to their end."""

@@ -80,6 +80,14 @@ MOVED_TO_SLOW: dict[str, str] = {
     "tests/test_limits.py::test_solver_stops_on_its_time_limit_with_a_status[ortools]": "2.0 s (its 2 s limit) -> [cbc]",
     "tests/test_parallel.py::test_a_sweep_point_where_nothing_fits_is_an_infeasible_point":
         "2.2 s; an infeasible sweep point is checked in the slow tier only (here and in test_brownfield)",
+    # fourth pass (fast tier 222.8 s at 4e38991, after #17's exactness tests joined it)
+    "tests/test_row_incremental.py::test_neighbour_fast_paths_equal_the_whole_list[0]": "5.3 s -> [1]",
+    "tests/test_batch_contract.py::test_sigkill_of_the_coordinator_leaves_no_process_behind":
+        "2.6 s -> test_batch's test_kill_9_midway_then_rerun",
+    "tests/test_batch.py::test_heaviest_solves_are_dispatched_first":
+        "2.7 s; the dispatch order is checked in the slow tier only (the batch itself in test_kill_9_midway_then_rerun)",
+    "tests/test_groups.py::test_highs_backend_agrees_with_cbc_and_ortools":
+        "2.7 s -> test_determinism's test_backends_agree_on_random_instances (CBC against OR-Tools)",
 }
 """Fast-tier tests moved to the slow tier by node id (applied in conftest.py), with what keeps their behaviour in the
 fast tier."""

@@ -67,9 +67,11 @@ from __future__ import annotations
 
 import bisect
 import heapq
+from heapq import heapreplace
 import math
 import time
 from collections import deque
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
@@ -351,13 +353,21 @@ class _Replica:
 class _GpuPool:
     """The replicas of every SKU, with one timer on the calendar for the pool's next completion. A change at one
     replica moves the timer only when that replica's next completion becomes the pool's earliest; an arrival that
-    slows the earliest replica leaves the timer early, and it re-arms when it fires."""
+    slows the earliest replica leaves the timer early, and it re-arms when it fires.
+
+    The replicas of a SKU are identical, so the fastest place for a call within a SKU is its least-loaded replica
+    (the first of them): per SKU, a list of call counts answers with C-level `min` and `index` instead of a Python
+    scan of every replica. The same for the pool's earliest completion over `nt`. (The bookkeeping of
+    `_Replica.advance` and `next_dt` is inlined here: these are the engine's hottest lines.)"""
 
     def __init__(self, env, skus: list[SkuSpec], done: Callable):
         self.env = env
         self.replicas = [_Replica(0, i, s) for i, s in enumerate(skus) for _ in range(s.replicas)]
         for j, r in enumerate(self.replicas):
             r.idx = j
+        self.by_sku = [[r for r in self.replicas if r.sku == i] for i in range(len(skus))]
+        self.loads = [[0] * len(reps) for reps in self.by_sku]
+        """Calls held by each replica of each SKU (mirrors `_Replica.n`)."""
         self.nt = [math.inf] * len(self.replicas)
         """Each replica's next completion time at its present load."""
         self.armed = math.inf
@@ -367,59 +377,101 @@ class _GpuPool:
         self.done = done
         self._cbs = [self._fire]
 
+    def _arm(self, now: float, t: float) -> None:
+        """Put the pool's timer on SimPy's calendar at t (SimPy's `schedule` with the absolute time, so `armed` is
+        the very float the event is filed under)."""
+        env = self.env
+        self.armed = t
+        heapq.heappush(env._queue, (t, 1, next(env._eid), _Timer(self._cbs)))
+
     def submit(self, rel: list[float], g: float, task) -> None:
-        best, best_t = None, math.inf
-        for r in self.replicas:
-            if r.n < r.cap:
-                t = (r.l0 + r.n * r.d) / r.speed
+        best_k, best_t = -1, math.inf
+        for k, loads in enumerate(self.loads):
+            m = min(loads)
+            r = self.by_sku[k][0]
+            if m < r.cap:
+                t = (r.l0 + m * r.d) / r.speed
                 if t < best_t:
-                    best, best_t = r, t
-        if best is None:
+                    best_k, best_t = k, t
+        if best_k < 0:
             self.wait.append((rel, g, task))
             return
-        now = self.env.now
-        best.advance(now)
-        best.n += 1
-        best.seq += 1
-        heapq.heappush(best.heap, (best.v + rel[best.sku] * g, best.seq, task))
-        dt = best.next_dt()
-        self.nt[best.idx] = now + dt
-        if now + dt < self.armed:
-            self.armed = now + dt  # the same float SimPy files the event under, so the timer knows itself
-            self.env.schedule(_Timer(self._cbs), 1, dt)
+        loads = self.loads[best_k]
+        pos = loads.index(min(loads))
+        rep = self.by_sku[best_k][pos]
+        now = self.env._now
+        n = rep.n
+        dt = now - rep.last
+        if dt > 0:
+            if n:
+                r = rep.speed / (rep.l0 + (n - 1) * rep.d)
+                rep.v += dt * r
+                rep.area_n += dt * n
+                rep.area_work += dt * n * r
+            else:
+                rep.area_empty += dt
+            rep.last = now
+        rep.n = n = n + 1
+        loads[pos] = n
+        rep.seq += 1
+        heap = rep.heap
+        heapq.heappush(heap, (rep.v + rel[rep.sku] * g, rep.seq, task))
+        dt = (heap[0][0] - rep.v) * (rep.l0 + (n - 1) * rep.d) / rep.speed
+        t = now + dt if dt > 0.0 else now
+        self.nt[rep.idx] = t
+        if t < self.armed:
+            self._arm(now, t)
 
     def _fire(self, timer: _Timer) -> None:
-        now = self.env.now
+        now = self.env._now
         if now != self.armed:
             return
         self.armed = math.inf
         nt = self.nt
         due = now + 1e-9 * (1.0 + now)
+        due_js = []
+        first = min(nt)
+        while first <= due:
+            j = nt.index(first)
+            nt[j] = math.inf
+            due_js.append(j)
+            first = min(nt)
+        due_js.sort()  # replicas in index order, as they take waiting calls
         done = []
         wait = self.wait
-        for j, t in enumerate(nt):
-            if t > due:
-                continue
+        for j in due_js:
             rep = self.replicas[j]
-            rep.advance(now)
-            tol = 1e-9 * (1.0 + abs(rep.v))
+            n = rep.n
+            dt = now - rep.last
+            if dt > 0:
+                if n:
+                    r = rep.speed / (rep.l0 + (n - 1) * rep.d)
+                    rep.v += dt * r
+                    rep.area_n += dt * n
+                    rep.area_work += dt * n * r
+                else:
+                    rep.area_empty += dt
+                rep.last = now
+            v = rep.v
+            tol = 1e-9 * (1.0 + abs(v))
             heap = rep.heap
-            while heap and heap[0][0] <= rep.v + tol:
+            while heap and heap[0][0] <= v + tol:
                 done.append(heapq.heappop(heap)[2])
-                rep.n -= 1
-            while wait and rep.n < rep.cap:
+                n -= 1
+            cap = rep.cap
+            while wait and n < cap:
                 rel, g, task = wait.popleft()
-                rep.n += 1
+                n += 1
                 rep.seq += 1
-                heapq.heappush(heap, (rep.v + rel[rep.sku] * g, rep.seq, task))
-            nt[j] = now + rep.next_dt()
+                heapq.heappush(heap, (v + rel[rep.sku] * g, rep.seq, task))
+            rep.n = n
+            self.loads[rep.sku][j - self.by_sku[rep.sku][0].idx] = n
+            if heap:
+                dt = (heap[0][0] - v) * (rep.l0 + (n - 1) * rep.d) / rep.speed
+                nt[j] = now + dt if dt > 0.0 else now
         first = min(nt)
         if first < math.inf:
-            dt = first - now
-            if dt < 0.0:
-                dt = 0.0
-            self.armed = now + dt
-            self.env.schedule(_Timer(self._cbs), 1, dt)
+            self._arm(now, first if first > now else now)
         for task in done:
             self.done(task)
 
@@ -433,7 +485,8 @@ class _GpuPool:
 class _Slots:
     """A FIFO pool of identical call slots. Calls are offered in time order, so each call's start is known when it
     arrives (Kiefer-Wolfowitz: the earliest time a slot frees, or now): no event of its own. Busy slot-time and
-    core-time are integrated over the measurement window as the calls are placed; measured calls' waits are kept."""
+    core-time are integrated over the measurement window as the calls are placed; measured calls' waits are kept.
+    The placement itself is inlined in `_Run._go`."""
 
     __slots__ = ("spec", "slots", "free", "area_cores", "area_slots", "w0", "w1", "calls", "wait_sum", "waits")
 
@@ -446,19 +499,6 @@ class _Slots:
         self.calls = 0
         self.wait_sum = 0.0
         self.waits: list[float] = []
-
-    def place(self, now: float, service: float, par: float) -> float:
-        """Start time of a call arriving now with this service time (its slot is held until start + service)."""
-        free = self.free
-        f = free[0]
-        start = f if f > now else now
-        end = start + service
-        heapq.heapreplace(free, end)
-        if end > self.w0 and start < self.w1:
-            held = (end if end < self.w1 else self.w1) - (start if start > self.w0 else self.w0)
-            self.area_slots += held
-            self.area_cores += held * par
-        return start
 
 
 class _Store:
@@ -533,7 +573,7 @@ class _Task:
     """One task: its class, arrival, the stage indices it runs in order (turns interleaved) and where it is. It is
     scheduled on SimPy's calendar as its own event (at most one pending at a time)."""
 
-    __slots__ = ("callbacks", "ci", "cls", "t_arr", "measured", "phase", "seq", "pos", "t_gpu", "g", "tid")
+    __slots__ = ("callbacks", "ci", "cls", "t_arr", "measured", "phase", "seq", "pos", "in_gpu", "t_gpu", "g", "tid")
     _ok = True
     _value = None
 
@@ -543,6 +583,8 @@ class _Task:
         self.phase = 0
         self.seq: list[int] = []
         self.pos = 0
+        self.in_gpu = False
+        """In the GPU pool: the next `_go` is the model call's completion."""
         self.t_gpu = self.g = 0.0
         self.tid = None
 
@@ -582,6 +624,11 @@ class SimSettings:
     count_coupling: str = "independent"
     """`independent` or `comonotone` (see module docstring)."""
     keep_task_times: bool = False
+    workers: int = 1
+    """Processes the replications run in (at most one per replication). Results do not depend on it: each
+    replication has its own seed from `seed`, so a parallel run gives the same figures as a serial one. Runs with a
+    trace recorder, or under a cancellation token (whose cancel a child process would not see), stay in this
+    process."""
 
 
 def unloaded_times(model: SimModel) -> dict[str, float]:
@@ -611,7 +658,7 @@ class _Run:
         self.warm = st.warmup_s if st.warmup_s is not None else min(st.duration_s, max(3 * mix, 2 * max(ut.values())))
         self.w0, self.w1 = self.warm, self.warm + st.duration_s
         self.tmax = st.max_sim_s if st.max_sim_s is not None else self.w1 + 4 * st.duration_s
-        self.gpu = _GpuPool(self.env, model.skus, self._gpu_done) if model.skus else None
+        self.gpu = _GpuPool(self.env, model.skus, self._go) if model.skus else None
         self.queues = {n: _Slots(q, self.w0, self.w1) for n, q in model.queues.items()}
         self.io = {n: _Slots(QueueSpec(n, q.io_streams, 1.0, q.io_streams, 1.0, 0.0), self.w0, self.w1)
                    for n, q in model.queues.items() if q.io_streams > 0}
@@ -646,10 +693,11 @@ class _Run:
         self.stage_time = [[0.0] * len(c.stages) for c in model.classes]
         self.stage_wait = [[0.0] * len(c.stages) for c in model.classes]
         self.measured_by_class = [0] * ncls
-        # Per class and stage: (kind, station, parallelism, gamma mean, gamma cv), and the stage's buffer of draws
-        # (a GPU call's draw is its work factor G, mean 1).
-        self.ops = [[(s.kind, self._station(s), s.parallelism if s.kind == CPU else 1.0,
-                      1.0 if s.kind == GPU else s.mean_s, s.cv) for s in c.stages] for c in model.classes]
+        # Per class and stage: (kind, station (a GPU stage's work per call by SKU), parallelism), its draws' (gamma
+        # mean, cv) and its buffer of draws (a GPU call's draw is its work factor G, mean 1).
+        self.ops = [[(s.kind, s.rel if s.kind == GPU else self._station(s), s.parallelism if s.kind == CPU else 1.0)
+                     for s in c.stages] for c in model.classes]
+        self.draw_par = [[(1.0 if s.kind == GPU else s.mean_s, s.cv) for s in c.stages] for c in model.classes]
         self.bufs = [[[] for _ in c.stages] for c in model.classes]
         self.gpu_calls = 0
         self.gpu_call_time = 0.0
@@ -667,8 +715,7 @@ class _Run:
         return None
 
     def _refill(self, ci: int, i: int) -> float:
-        _, _, _, mean, cv = self.ops[ci][i]
-        b = self.draw.block_of(mean, cv)
+        b = self.draw.block_of(*self.draw_par[ci][i])
         self.bufs[ci][i] = b
         return b.pop()
 
@@ -731,9 +778,9 @@ class _Run:
         """Run the task's stages from where it is, at the current time: delays add up, a slot station places the
         call at once; the task goes back on the calendar when its next station arrival (or its end) is later than
         now, and waits in the GPU pool for a model call. (The hot loop of the engine: locals, no calls but the
-        placement.)"""
+        placement; SimPy's `now` and `schedule` are read and done inline, as SimPy's own step does.)"""
         env = self.env
-        now = env.now
+        now = env._now
         t = now
         seq, pos, ci = task.seq, task.pos, task.ci
         pos0 = pos
@@ -741,10 +788,20 @@ class _Run:
         times, waits = self.stage_time[ci], self.stage_wait[ci]
         measured = task.measured
         rec = self.recorder
+        if task.in_gpu:  # the model call at `pos` completes now (the GPU pool calls back here)
+            task.in_gpu = False
+            i = seq[pos]
+            if measured:
+                times[i] += now - task.t_gpu
+                self.gpu_calls += 1
+                self.gpu_call_time += now - task.t_gpu
+            if rec is not None:
+                rec(task.tid, task.cls, task.cls.stages[i], task.t_gpu, now, task.g)
+            pos += 1
         end = len(seq)
         while pos < end:
             i = seq[pos]
-            kind, station, par, _, _ = ops[i]
+            kind, station, par = ops[i]
             if kind != DELAY and t > now:
                 break
             b = bufs[i]
@@ -757,14 +814,26 @@ class _Run:
                 t += x
             elif kind == GPU:
                 task.pos = pos
+                task.in_gpu = True
                 task.t_gpu = now
                 task.g = x
-                self.gpu.submit(task.cls.stages[i].rel, x, task)
-                self._guard(pos - pos0 + 1)
+                self.gpu.submit(station, x, task)
+                self._stages += pos - pos0 + 1
+                if self._stages >= self._guard_at:
+                    self._guard(0)
                 return
             else:
-                start = station.place(now, x, par)
+                # placed on arrival (Kiefer-Wolfowitz): the call starts when the earliest slot frees, or now
+                free = station.free
+                start = free[0]
+                if start < now:
+                    start = now
                 t = start + x
+                heapreplace(free, t)
+                if t > station.w0 and start < station.w1:  # busy time, clipped to the window
+                    held = (t if t < station.w1 else station.w1) - (start if start > station.w0 else station.w0)
+                    station.area_slots += held
+                    station.area_cores += held * par
                 if measured:
                     w = start - now
                     waits[i] += w
@@ -776,30 +845,21 @@ class _Run:
                     rec(task.tid, task.cls, task.cls.stages[i], start, t, None)
             pos += 1
         task.pos = pos
-        self._guard(pos - pos0)
+        self._stages += pos - pos0
+        if self._stages >= self._guard_at:
+            self._guard(0)
         if t > now:
             task.callbacks = self._wake
-            env.schedule(task, 1, t - now)
+            heapq.heappush(env._queue, (t, 1, next(env._eid), task))
             return
         self._finish(task)
 
     def _guard(self, stages: int) -> None:
+        """Count simulated stages; every GUARD_EVERY_STAGES of them, check the wall clock and cancellation."""
         self._stages += stages
         if self._stages >= self._guard_at:
             self._guard_at = self._stages + GUARD_EVERY_STAGES
             self._check_limits()
-
-    def _gpu_done(self, task: _Task) -> None:
-        now = self.env.now
-        i = task.seq[task.pos]
-        if task.measured:
-            self.stage_time[task.ci][i] += now - task.t_gpu
-            self.gpu_calls += 1
-            self.gpu_call_time += now - task.t_gpu
-        if self.recorder is not None:
-            self.recorder(task.tid, task.cls, task.cls.stages[i], task.t_gpu, now, task.g)
-        task.pos += 1
-        self._go(task)
 
     def _finish(self, task: _Task) -> None:
         now = self.env.now
@@ -966,15 +1026,29 @@ def summarize(reps: list[dict]) -> dict:
     return out
 
 
+def _replication(model: SimModel, settings: SimSettings, seed) -> dict:
+    """One replication in a worker process (module level, so that it pickles)."""
+    return _Run(model, settings, seed).run()
+
+
 def simulate_model(model: SimModel, settings: SimSettings, recorder: Callable | None = None) -> dict:
     """Run `settings.replications` independent replications and summarize them with 95% t-intervals."""
     if settings.replications < 1:
         raise InputError("replications must be >= 1")
     if (settings.agents is None) == (settings.arrival_rate_per_hour is None):
         raise InputError("give exactly one of agents or arrival_rate_per_hour")
+    if settings.workers < 1:
+        raise InputError("workers must be >= 1")
+    started = time.monotonic()
     seeds = np.random.SeedSequence(settings.seed).spawn(settings.replications)
-    reps = [_Run(model, settings, s, recorder).run() for s in seeds]
+    workers = min(settings.workers, settings.replications)
+    if workers > 1 and recorder is None and cancel.current() is None:
+        with ProcessPoolExecutor(max_workers=workers) as ex:
+            reps = list(ex.map(_replication, [model] * len(seeds), [settings] * len(seeds), seeds))
+    else:
+        reps = [_Run(model, settings, s, recorder).run() for s in seeds]
     out = summarize(reps)
+    out["elapsed_s"] = time.monotonic() - started  # wall clock of the whole run; `wall_s` sums the replications'
     out["settings"] = {k: getattr(settings, k) for k in settings.__dataclass_fields__}
     out["model"] = model.describe()
     out["per_replication"] = [{k: v for k, v in r.items() if k != "task_times"} for r in reps]
