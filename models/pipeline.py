@@ -1087,6 +1087,11 @@ def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], cl
             out.append(variability_station(name, demand, servers, scale, x_hat))
         return out
 
+    # what determines network(x_hat) entirely (the GPU station's rate is identified by its rate key, as for the
+    # solved-network cache)
+    network_key = (("gpu", calls_per_task * mean_l0, gpu_rate_key, mean_l0) if has_llm and serving_cap > 0 else None,
+                   tuple(multi))
+
     def solve(n: int, with_waits: bool) -> tuple[ClosedLoop | None, _Waits]:
         """The loop of n agents; `with_waits`: also the waits (their spread only when agents are given)."""
         gpu_stretch = 1.0
@@ -1100,7 +1105,8 @@ def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], cl
             return None, _Waits(gpu_stretch, qwait, qwait2, iowait, iowait2, stable)
         # queue lengths only where the waits are read (agents given, the sandboxes' population search); for the
         # open-arrival loop only its throughput is read, and the marginals of a 100-rack row's population underflow
-        fp = closed_loop_fixed_point(exact_mva, network, mix_time["delay"], n_run, queue_lengths=with_waits)
+        fp = closed_loop_fixed_point(exact_mva, network, mix_time["delay"], n_run, queue_lengths=with_waits,
+                                     key=network_key)
         stations = network(fp.x_hat)
         res = fp.result
         x_n = res.throughput

@@ -7,6 +7,7 @@ exact solution of closed product-form networks with load-dependent stations (Buz
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import threading
@@ -78,8 +79,10 @@ def mmc_wait_second_moment(servers: int, arrival_rate: float, service_time: floa
     return 2.0 * erlang_c(servers, a) / (r * r)
 
 
+@functools.lru_cache(maxsize=1024)
 def max_arrival_for_wait(servers: int, service_time: float, wait_s: float, q: float) -> float:
-    """Largest arrival rate M/M/c can take with its q-quantile wait at most `wait_s` (bisection; wait is increasing in load)."""
+    """Largest arrival rate M/M/c can take with its q-quantile wait at most `wait_s` (bisection; wait is increasing in
+    load). Kept per arguments (a pure function of them): 80 Erlang C evaluations per call."""
     if servers <= 0:
         return 0.0
     hi = servers / service_time
@@ -408,15 +411,30 @@ class FixedPoint:
     iterations: int
 
 
+_fixed_point_cache: OrderedDict[Hashable, FixedPoint] = OrderedDict()
+
+
 def closed_loop_fixed_point(solve: Callable, network: Callable[[float | None], Sequence[Station]], think_s: float,
-                            population: int, queue_lengths: bool = True) -> FixedPoint:
+                            population: int, queue_lengths: bool = True, key: Hashable | None = None) -> FixedPoint:
     """Throughput X(N) of a closed network whose stations depend on the throughput they run at (`network(x_hat)`,
     e.g. `variability_station`): the fixed point x_hat = X(N; network(x_hat)).
 
     `solve` is the product-form solver (`exact_mva`). The map is increasing in x_hat (a busier station drains its
     queue faster, up to its capacity) and X at the exponential network (x_hat None) is its largest value, so the
     iteration starts there and takes secant steps, kept inside the bracket the monotone map gives.
+
+    `key`: a hashable description that determines `network` (and `solve`) entirely; the fixed point is then kept,
+    as solved networks are, so a configuration evaluated again (the sandboxes' population search probes several
+    populations per evaluation) skips the iteration.
     """
+    if key is not None:
+        full = (key, think_s, population, queue_lengths)
+        hit = _cache_get(_fixed_point_cache, full)
+        if hit is not None:
+            return hit
+        fp = closed_loop_fixed_point(solve, network, think_s, population, queue_lengths)
+        _cache_put(_fixed_point_cache, full, fp)
+        return fp
     plain = network(None)
     first = solve(plain, think_s, population, queue_lengths=False)
     x0 = first.throughput
@@ -505,3 +523,5 @@ def clear_caches() -> None:
     with _cache_lock:
         _mva_cache.clear()
         _birth_death_cache.clear()
+        _fixed_point_cache.clear()
+    max_arrival_for_wait.cache_clear()

@@ -81,7 +81,9 @@ MOVED_TO_SLOW: dict[str, str] = {
     "tests/test_parallel.py::test_a_sweep_point_where_nothing_fits_is_an_infeasible_point":
         "2.2 s; an infeasible sweep point is checked in the slow tier only (here and in test_brownfield)",
     # fourth pass (fast tier 222.8 s at 4e38991, after #17's exactness tests joined it)
-    "tests/test_row_incremental.py::test_neighbour_fast_paths_equal_the_whole_list[0]": "5.3 s -> [1]",
+    "tests/test_determinism.py::test_cli_in_two_processes_matches_in_process":
+        "2.0 s -> test_optimize_repeats_byte_identical (the CLI's own runs in test_cli_wall_clock[command0])",
+    "tests/test_report.py::test_cli_report": "2.5 s -> test_measure_first's README walkthrough (advisor report from the CLI)",
     "tests/test_batch_contract.py::test_sigkill_of_the_coordinator_leaves_no_process_behind":
         "2.6 s -> test_batch's test_kill_9_midway_then_rerun",
     "tests/test_batch.py::test_heaviest_solves_are_dispatched_first":
