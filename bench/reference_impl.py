@@ -113,13 +113,16 @@ def previous_implementation():
     """models.pipeline with eb6e984's quantiles, closed-network solver and uncached derivations patched in."""
     saved = {k: getattr(pipeline, k) for k in
              ("lognormal_mixture_quantiles", "exact_mva", "birth_death_mean_number", "cached_gpu_serving",
-              "closed_loop_fixed_point", "max_arrival_for_wait")}
+              "closed_loop_fixed_point", "max_arrival_for_wait", "_mean_plan", "_plan_means")}
     pipeline.lognormal_mixture_quantiles = lambda w, m, v, qs: [lognormal_mixture_quantile(w, m, v, q) for q in qs]
     # no kept fixed points (the solver is the previous one) and no kept M/M/c inversions
     fixed_point = saved["closed_loop_fixed_point"]
     pipeline.closed_loop_fixed_point = lambda solve, network, think_s, population, queue_lengths=True, key=None: \
         fixed_point(solve, network, think_s, population, queue_lengths)
     pipeline.max_arrival_for_wait = saved["max_arrival_for_wait"].__wrapped__
+    # the population search's means from the whole per-stage walk, as before the plan
+    pipeline._mean_plan = lambda workload, class_queue, gpu, pools, a: (workload, class_queue, gpu, pools, a)
+    pipeline._plan_means = lambda plan, waits: pipeline._class_moments(*plan, waits)[0]
     pipeline.exact_mva = exact_mva
     pipeline.birth_death_mean_number = lambda lam, rate, cap, key=None: birth_death_mean_number(lam, rate, cap)
     pipeline.cached_gpu_serving = gpu_serving

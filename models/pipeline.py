@@ -968,13 +968,15 @@ def _live_population(workload: Workload, queues: list[Queue], class_queue: dict[
     `enough` (tasks/h): stop and return None once a held population's loop reaches it (the answer's loop, no
     smaller, can only be faster). None also when a loop completes nothing."""
 
+    plan = _mean_plan(workload, class_queue, gpu, pools, a)
+
     def probe(n: int) -> tuple[int, _SandboxLimit] | None:
         closed, waits = solve(n, True)
         if closed is None:
             return None
-        loaded, _ = _class_moments(workload, class_queue, gpu, pools, a, waits)
         n_mem, tight, held = _sandbox_population(workload, queues, class_queue, pools,
-                                                 {c.name: t for c, t in zip(workload.classes, loaded)})
+                                                 {c.name: t for c, t in zip(workload.classes,
+                                                                            _plan_means(plan, waits))})
         return (int(n_mem) if math.isfinite(n_mem) else hi) - n, _SandboxLimit(closed, waits, tight, held)
 
     top = probe(hi)
@@ -1259,6 +1261,41 @@ def _memory_binding_warning(bounds: list[Bound], binding: Bound, opp: _Operating
     within = f" (within {MEMORY_NEAR_BINDING:.0%})" if mem_b is not binding else ""
     warnings.append(f"{mem_b.name} binds{within} at {mem_b.tasks_per_hour:,.0f} tasks/h: sandboxes are counted for "
                     f"the unloaded task time, and at load tasks hold them longer{extra} (docs/model.md 5.3)")
+
+
+def _mean_plan(workload: Workload, class_queue: dict[str, str], gpu: _GpuPool, pools: _QueuePools,
+               a: ModelAssumptions) -> list[tuple[float, float, str | None, float, float]]:
+    """Per class, what its mean task time (`_class_moments`) is made of apart from the waits: (model-call latency
+    summed over its calls, tool service, I/O and delays summed, its queue, its tool calls, its I/O calls). The
+    mean is linear in the GPU stretch and the queue's waits, so the sandboxes' population search, which reads the
+    means alone at several populations, works them out once (`_plan_means`)."""
+    stage_latency, qperf, stream = gpu.stage_latency, pools.perf, a.io_stream_mbps
+    out = []
+    for c in workload.classes:
+        qn = class_queue.get(c.name)
+        lat = rest = n_cpu = n_io = 0.0
+        for s in c.stages:
+            if isinstance(s, GpuStage):
+                lat += s.count * stage_latency(s)
+            elif isinstance(s, CpuStage):
+                rest += s.count * cpu_call_seconds(s, qperf[qn])
+                n_cpu += s.count
+            elif isinstance(s, IoStage):
+                rest += s.count * (s.io_mb / stream)
+                n_io += s.count
+            else:
+                rest += s.count * s.seconds
+        out.append((lat, rest, qn, n_cpu, n_io))
+    return out
+
+
+def _plan_means(plan: list[tuple[float, float, str | None, float, float]], waits: _Waits) -> list[float]:
+    """Per class, the mean task time at these waits (as `_class_moments`, up to rounding)."""
+    if not waits.stable:
+        return [lat + rest for lat, rest, _, _, _ in plan]
+    stretch, qwait, iowait = waits.gpu_stretch, waits.qwait, waits.iowait
+    return [lat * stretch + rest + n_cpu * qwait.get(qn, 0.0) + n_io * iowait.get(qn, 0.0)
+            for lat, rest, qn, n_cpu, n_io in plan]
 
 
 def _class_moments(workload: Workload, class_queue: dict[str, str], gpu: _GpuPool, pools: _QueuePools,
