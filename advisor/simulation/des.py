@@ -58,6 +58,13 @@ Engine
     measure this one against (`python bench/bench_sim.py`). Replications are independent, each with its own seed,
     and run in worker processes when `SimSettings.workers` > 1 (the figures do not change).
 
+Start
+    Open arrivals start from an empty rack. A closed loop starts near its steady state: an agent's first task is of
+    class c with probability share_c T_c / sum share T (T: unloaded task times, the time-weighted mix of a steady
+    loop without sandbox waits) and starts at a uniform time within one T_c. Where two queues' sandboxes are both
+    near their limits the loop can be metastable (long runs started differently settle at different class mixes,
+    docs/validation.md); there the start still matters after long windows.
+
 Measurement
     A warm-up is discarded. Throughput counts completions in the window [warm-up, warm-up + duration); task times,
     stage times and waits are those of tasks that *arrive* in the window, followed to completion (the run continues
@@ -616,7 +623,8 @@ class SimSettings:
     """Measurement window in simulated seconds."""
     warmup_s: float | None = None
     """Discarded start; default: max(3 x the mix's unloaded mean task time, 2 x the slowest class's), at most the
-    window."""
+    window. A closed loop's agents start their first tasks within one unloaded task time of their class (`run`),
+    so a warm-up shorter than that also discards part of the ramp-up."""
     replications: int = 5
     seed: int = 0
     drain: bool = True
@@ -914,8 +922,24 @@ class _Run:
         self.deadline = start + st.wall_clock_s
         try:
             if st.agents:
+                # Start near the steady state, so that the warm-up is not spent undoing the start. An agent's first
+                # task is of class c with probability share_c T_c / sum share T (T: unloaded task times), the share
+                # of agents busy with class c in a steady closed loop (not share_c: with classes of very different
+                # lengths that overloads the short classes' queues for several long-task times), and starts at a
+                # uniform time within one T_c, as if the agents were at random points of their tasks (all starting
+                # at 0, tasks of a low-variance class run in step and their load comes in waves for many cycles).
+                ut = unloaded_times(self.m)
+                weights = [c.share * ut[c.name] for c in self.m.classes]
+                total = sum(weights)
+                cum = np.cumsum([w / total for w in weights]).tolist() if total > 0 else self.cum
+                cum[-1] = 1.0
                 for _ in range(st.agents):
-                    self._arrive(self._pick())
+                    ci = bisect.bisect_right(cum, self.draw.uniform())
+                    delay = self.draw.uniform() * ut[self.m.classes[ci].name]
+                    if delay > 0:
+                        env.timeout(delay).callbacks.append(lambda _ev, ci=ci: self._arrive(ci))
+                    else:
+                        self._arrive(ci)
             elif st.arrival_rate_per_hour:
                 self.rate_s = st.arrival_rate_per_hour / HOUR_S
                 ev = _Arrivals()
