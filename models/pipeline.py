@@ -1103,7 +1103,7 @@ def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], cl
         iowait2: dict[str, float] = {}
         capped = n > a.max_closed_loop_agents
         n_run = min(n, a.max_closed_loop_agents)
-        if not network(None):
+        if not multi and not (has_llm and serving_cap > 0):  # an empty network (as network(None) would be)
             return None, _Waits(gpu_stretch, qwait, qwait2, iowait, iowait2, stable)
         # queue lengths only where the waits are read (agents given, the sandboxes' population search); for the
         # open-arrival loop only its throughput is read, and the marginals of a 100-rack row's population underflow
