@@ -1,5 +1,5 @@
 """Test tiers: the README's `python -m pytest` runs the fast tier (`-m 'not slow'` in pyproject); `.ci/run` then
-runs the slow tier (`python -m pytest -m slow`). Large sweeps keep a small instance in the fast tier and move the
+runs the slow tier (`python -m pytest -m slow -n 0`). Large sweeps keep a small instance in the fast tier and move the
 rest of their cases to the slow tier, so every oracle still runs on every fast run."""
 
 from __future__ import annotations
