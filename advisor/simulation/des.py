@@ -369,8 +369,7 @@ class _GpuPool:
 
     The replicas of a SKU are identical, so the fastest place for a call within a SKU is its least-loaded replica
     (the first of them): per SKU, a list of call counts answers with C-level `min` and `index` instead of a Python
-    scan of every replica. The same for the pool's earliest completion over `nt`. (The bookkeeping of
-    `_Replica.advance` and `next_dt` is inlined here: these are the engine's hottest lines.)"""
+    scan of every replica. The same for the pool's earliest completion over `nt`."""
 
     def __init__(self, env, skus: list[SkuSpec], done: Callable):
         self.env = env
@@ -412,24 +411,13 @@ class _GpuPool:
         pos = loads.index(min(loads))
         rep = self.by_sku[best_k][pos]
         now = self.env._now
-        n = rep.n
-        dt = now - rep.last
-        if dt > 0:
-            if n:
-                r = rep.speed / (rep.l0 + (n - 1) * rep.d)
-                rep.v += dt * r
-                rep.area_n += dt * n
-                rep.area_work += dt * n * r
-            else:
-                rep.area_empty += dt
-            rep.last = now
-        rep.n = n = n + 1
+        rep.advance(now)
+        rep.n = n = rep.n + 1
         loads[pos] = n
         rep.seq += 1
         heap = rep.heap
         heapq.heappush(heap, (rep.v + rel[rep.sku] * g, rep.seq, task))
-        dt = (heap[0][0] - rep.v) * (rep.l0 + (n - 1) * rep.d) / rep.speed
-        t = now + dt if dt > 0.0 else now
+        t = now + rep.next_dt()
         self.nt[rep.idx] = t
         if t < self.armed:
             self._arm(now, t)
@@ -453,17 +441,8 @@ class _GpuPool:
         wait = self.wait
         for j in due_js:
             rep = self.replicas[j]
+            rep.advance(now)
             n = rep.n
-            dt = now - rep.last
-            if dt > 0:
-                if n:
-                    r = rep.speed / (rep.l0 + (n - 1) * rep.d)
-                    rep.v += dt * r
-                    rep.area_n += dt * n
-                    rep.area_work += dt * n * r
-                else:
-                    rep.area_empty += dt
-                rep.last = now
             v = rep.v
             tol = 1e-9 * (1.0 + abs(v))
             heap = rep.heap
@@ -478,9 +457,7 @@ class _GpuPool:
                 heapq.heappush(heap, (v + rel[rep.sku] * g, rep.seq, task))
             rep.n = n
             self.loads[rep.sku][j - self.by_sku[rep.sku][0].idx] = n
-            if heap:
-                dt = (heap[0][0] - v) * (rep.l0 + (n - 1) * rep.d) / rep.speed
-                nt[j] = now + dt if dt > 0.0 else now
+            nt[j] = now + rep.next_dt()
         first = min(nt)
         if first < math.inf:
             self._arm(now, first if first > now else now)
