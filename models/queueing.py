@@ -79,7 +79,12 @@ def mmc_wait_second_moment(servers: int, arrival_rate: float, service_time: floa
     return 2.0 * erlang_c(servers, a) / (r * r)
 
 
-@functools.lru_cache(maxsize=1024)
+INVERSION_CACHE_SIZE = 1024
+"""M/M/c tail-wait inversions kept (`max_arrival_for_wait`): one per distinct (servers, call time, wait, quantile),
+a few per configuration and a few hundred in an optimizer's tail-wait curves."""
+
+
+@functools.lru_cache(maxsize=INVERSION_CACHE_SIZE)
 def max_arrival_for_wait(servers: int, service_time: float, wait_s: float, q: float) -> float:
     """Largest arrival rate M/M/c can take with its q-quantile wait at most `wait_s` (bisection; wait is increasing in
     load). Kept per arguments (a pure function of them): 80 Erlang C evaluations per call."""
@@ -162,7 +167,8 @@ def _log_convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 MVA_CACHE_SIZE = 64
 """Closed-network solutions kept (keyed by the stations' product-form factors, think time and population), so a
-configuration evaluated again (an API client, a report, a benchmark) does not redo the O(K N^2) convolutions."""
+configuration evaluated again (an API client, a report, a benchmark) does not redo the O(K N^2) convolutions; as
+many closed-loop fixed points (`closed_loop_fixed_point` with a key)."""
 _mva_cache: OrderedDict[Hashable, ClosedResult] = OrderedDict()
 _cache_lock = threading.Lock()
 """Guards both caches (the API evaluates in threads)."""
