@@ -636,6 +636,14 @@ def unloaded_times(model: SimModel) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------------------------------- one replication
+def _cumulative(weights: list[float]) -> list[float]:
+    """Cumulative shares of positive weights, the last exactly 1 (for picking an index with one uniform draw)."""
+    total = sum(weights)
+    cum = np.cumsum([w / total for w in weights]).tolist()
+    cum[-1] = 1.0
+    return cum
+
+
 class _Run:
     def __init__(self, model: SimModel, st: SimSettings, seed, recorder: Callable | None = None):
         self.m = model
@@ -666,9 +674,7 @@ class _Run:
                     if q.disk_gb < need:
                         raise InputError(f"queue {n!r} has {q.disk_gb:g} GB of sandbox disk, less than one task needs")
                     self.disk[n] = _Store(q.disk_gb)
-        cum = np.cumsum([c.share for c in model.classes])
-        cum[-1] = 1.0
-        self.cum = cum.tolist()
+        self.cum = _cumulative([c.share for c in model.classes])
         self.recorder = recorder
         self.task_seq = 0
         self._wake = [self._go]
@@ -810,7 +816,7 @@ class _Run:
                 self.gpu.submit(station, x, task)
                 self._stages += pos - pos0 + 1
                 if self._stages >= self._guard_at:
-                    self._guard(0)
+                    self._guard()
                 return
             else:
                 # placed on arrival (Kiefer-Wolfowitz): the call starts when the earliest slot frees, or now
@@ -837,19 +843,18 @@ class _Run:
         task.pos = pos
         self._stages += pos - pos0
         if self._stages >= self._guard_at:
-            self._guard(0)
+            self._guard()
         if t > now:
             task.callbacks = self._wake
             heapq.heappush(env._queue, (t, 1, next(env._eid), task))
             return
         self._finish(task)
 
-    def _guard(self, stages: int) -> None:
-        """Count simulated stages; every GUARD_EVERY_STAGES of them, check the wall clock and cancellation."""
-        self._stages += stages
-        if self._stages >= self._guard_at:
-            self._guard_at = self._stages + GUARD_EVERY_STAGES
-            self._check_limits()
+    def _guard(self) -> None:
+        """Called when `_stages` (counted in `_go`) reaches `_guard_at`: check the wall clock and cancellation, and
+        set the next check GUARD_EVERY_STAGES stages on."""
+        self._guard_at = self._stages + GUARD_EVERY_STAGES
+        self._check_limits()
 
     def _finish(self, task: _Task) -> None:
         now = self.env.now
@@ -907,9 +912,7 @@ class _Run:
                 # at 0, tasks of a low-variance class run in step and their load comes in waves for many cycles).
                 ut = unloaded_times(self.m)
                 weights = [c.share * ut[c.name] for c in self.m.classes]
-                total = sum(weights)
-                cum = np.cumsum([w / total for w in weights]).tolist() if total > 0 else self.cum
-                cum[-1] = 1.0
+                cum = _cumulative(weights) if sum(weights) > 0 else self.cum
                 for _ in range(st.agents):
                     ci = bisect.bisect_right(cum, self.draw.uniform())
                     delay = self.draw.uniform() * ut[self.m.classes[ci].name]
