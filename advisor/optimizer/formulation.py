@@ -78,6 +78,12 @@ class Problem:
     slo_relaxed: bool = False
     """Tail-wait curves at the fastest candidate core speed for every core (a relaxation, for a proven bound where
     the curves at the slowest speed of a mix are conservative)."""
+    x_cap: float | None = None
+    """X's upper bound in the model: a proven bound on X from a relaxation of this problem (the partition's solve
+    without memory and tail-wait curves), so it cuts off no answer. It tightens the tail-wait curves' weak LP
+    relaxation (the multiple-choice segments relax to far above the curves): on the built-in batch grid a hybrid
+    curve solve that CBC left open after 24 s closed in under 1 s with it. `_solve_coupled` removes it from the
+    model and problem it returns, since the what-if re-solves raise budgets beyond it."""
     bands: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Utilization bands of the memory-coupled routing (`sku_routing`): "gpu" for the GPU pool, "q<i>" for tool
     queue i; missing keys are (0, 1). The spatial branch and bound of advisor/optimizer/optimize.py
@@ -295,7 +301,7 @@ def build(p: Problem, memory: bool = True) -> Built:
     m = LinearModel("rack_advisor", check_group=group_of)
     n = add_server_vars(m, p)
     k = add_switch_vars(m, p, n)
-    x = m.var("X", 0, None)
+    x = m.var("X", 0, p.x_cap)
     x_ub = throughput_upper_bound(p)
     add_rack_budgets(m, p, n, k)
     rem = define_fixed_servers(m, p, n)

@@ -897,87 +897,119 @@ class _Candidate:
     evaluation: Evaluation | None
 
 
+@dataclass
+class _PartitionState:
+    """One queue partition's place in the search: the solves so far and what the next one adds."""
+
+    part: tuple
+    problem: Problem
+    memory: bool = False
+    """The next solve carries sandbox memory (SKU-choice binaries)."""
+    coupled: bool = False
+    """Memory or tail-wait limits bound this partition's answer, so its search went on past the relaxation."""
+    iterations: int = 0
+    ub: float | None = None
+    """Proven bound on X over this partition (the smallest of its solves' bounds; None: unknown)."""
+    done: bool = False
+
+
 def _search_partitions(sp: _SearchSpace, clock: Deadline) -> tuple[_Candidate, bool, float | None]:
-    """Solve each queue partition of the layout in turn (the memory-free and tail-wait-free relaxations first, then
-    the coupled models where the evaluator shows they bind) and keep the answer the evaluator rates best. Returns it,
-    whether any partition's search was coupled, and the proven bound on X over the partitions (None: unknown)."""
-    s = sp.settings
+    """Solve each queue partition's memory-free and tail-wait-free relaxation first, then go on, partition by
+    partition, to the coupled models where the evaluator shows they bind, and keep the answer the evaluator rates
+    best. The relaxations come first because one partition's relaxed answer often reaches the bound of every
+    partition: then no coupled solve (the expensive ones) can change the answer. Returns the best, whether any
+    partition's search was coupled, and the proven bound on X over the partitions (None: unknown)."""
     best: _Candidate | None = None
-    any_coupled = False
     proven_ub: float | None = 0.0  # largest proven bound over the partitions tried (None: some unknown)
     parts = partitions(sp.workload, sp.layout, sp.servings)
+    states: list[_PartitionState] = []
     for pi, part in enumerate(parts):
         if pi > 0 and best is not None and not best.coupled and len(parts[0]) == 1:
             break  # without memory or tail limits in play one shared queue is never worse than split ones
         if pi > 0 and clock.no_time():
             proven_ub = None  # partitions left untried
             break
-        part_ub: float | None = None
-        p = Problem(sp.workload, sp.rack, sp.racks, sp.capacity_options, sp.servings, part, sp.capital_budget_usd,
-                    sp.required_tasks_per_hour, operating_tasks_per_hour=sp.operating_tasks_per_hour,
-                    settings=sp.settings, switch=sp.switch, fixed=sp.fixed)
-        # Sandbox memory needs SKU-choice binaries; solve without it first and keep that answer when the evaluator
-        # confirms memory does not bind (the relaxation's optimum is then optimal for the full problem).
-        memory = False
-        coupled = False
-        for it in range(s.slo_iterations):
-            if it > 0 and clock.no_time():
-                break
-            p.options = sp.options if memory else sp.capacity_options
-            # With memory (and no tail-wait curves) the routing over mixed SKUs is solved by branch and bound on
-            # utilization bands; every other stage is one solve. ub: a proven bound on X where the stage's model
-            # is a relaxation of the evaluator (None where it is not, or unknown).
-            nodes, ub = _solve_coupled(p, sp.layout, sp.objective, sp.backend, s, clock, sp.racks, memory)
-            key, pn, b, sol, notes, ev, _, _ = nodes[0]
-            if p.slo_curves and _slo_mixed_speeds(p) and sp.objective == "max_throughput":
-                # the curves assume the slowest speed of a mix: conservative, not a relaxation; the bound comes
-                # from the same model with every core at the fastest speed, unless the answer already reaches the
-                # bound of this partition's curve-free relaxation (then that bound is the proof, at no cost)
-                x_ev = ev.throughput_tasks_per_hour if ev is not None else 0.0
-                ub = part_ub if part_ub is not None and _proven(x_ev, part_ub, s, 0.0) else \
-                    _slo_relaxed_bound(p, sp.layout, sp.backend, s, clock, sp.racks, memory)
-            if sp.objective == "max_throughput" and ub is not None:
-                part_ub = ub if part_ub is None else min(part_ub, ub)
-            if not sol.has_solution or b.x not in sol.values:
-                if best is None or (best.key[0] < 0 and not best.solution.has_solution):
-                    best = _Candidate((-1.0, 0.0), replace(p), b, sol, notes, coupled, None)
-                break
-            x_mip = sol.values[b.x]
-            x_eval = ev.throughput_tasks_per_hour if ev is not None else 0.0
-            # Every candidate is judged by what the evaluator says it delivers (and, for cost objectives, costs).
-            # on a tie (within solver precision), the solve with the tail-wait curves wins: its prediction is the
-            # evaluated figure, while the relaxation's prediction ignores the target
-            tie = (p.slo_curves and sp.objective == "max_throughput" and best is not None
-                   and key[0] >= best.key[0] * (1 - s.throughput_tie_tolerance))
-            if best is None or key > best.key or tie:
-                best = _Candidate(key, replace(pn), b, sol, notes, False, ev)
-            if ev is None:
-                break
-            if (sp.objective == "max_throughput" and ub is not None and best.problem.partition != part
-                    and _proven(best.key[0], ub, s, 0.0)):
-                # this partition's relaxation cannot beat the answer in hand (within the proof's tolerance): its
-                # memory or tail-wait solves would not change the answer, and its bound is already counted
-                break
-            short = [bd for bd in ev.bounds if bd.tasks_per_hour < x_mip * (1 - 1e-7)]
-            if not memory and any(bd.kind in ("memory", "disk") for bd in short):
-                memory = coupled = True
-                continue
+        st = _PartitionState(part, Problem(
+            sp.workload, sp.rack, sp.racks, sp.capacity_options, sp.servings, part, sp.capital_budget_usd,
+            sp.required_tasks_per_hour, operating_tasks_per_hour=sp.operating_tasks_per_hour, settings=sp.settings,
+            switch=sp.switch, fixed=sp.fixed))
+        states.append(st)
+        best = _partition_step(sp, st, best, clock)
+    for st in states:
+        while not st.done and not clock.no_time():
+            if (sp.objective == "max_throughput" and best is not None and best.problem.partition != st.part
+                    and st.ub is not None and _proven(best.key[0], st.ub, sp.settings, 0.0)):
+                break  # this partition's bound cannot beat the answer in hand: its coupled solves cannot either
+            best = _partition_step(sp, st, best, clock)
+    for st in states:
+        proven_ub = None if (proven_ub is None or st.ub is None) else max(proven_ub, st.ub)
+    return best, any(st.coupled for st in states), proven_ub
+
+
+def _partition_step(sp: _SearchSpace, st: _PartitionState, best: _Candidate | None, clock: Deadline
+                    ) -> _Candidate | None:
+    """One solve of a partition's search (the relaxation, then with memory, then with tail-wait curves, as the
+    evaluator shows each binds); returns the best candidate so far and marks the partition done when nothing more
+    would change its answer."""
+    s = sp.settings
+    p = st.problem
+    st.iterations += 1
+    st.done = st.iterations >= s.slo_iterations  # unless an added limit below asks for one more solve
+    p.options = sp.options if st.memory else sp.capacity_options
+    if st.iterations > 1 and st.ub is not None:
+        # the partition's relaxation bounds every later solve of it (they only add memory or curves); its bound
+        # already carries the tie-break budget, so no wider slack is needed (a cap looser by the MIP gap left CBC
+        # unable to close that gap: 15 s instead of 0.6 s on the built-in grid's hybrid solve at tool share 0.79)
+        p.x_cap = st.ub + PROOF_SLACK * max(1.0, st.ub)
+    # With memory (and no tail-wait curves) the routing over mixed SKUs is solved by branch and bound on
+    # utilization bands; every other stage is one solve. ub: a proven bound on X where the stage's model is a
+    # relaxation of the evaluator (None where it is not, or unknown).
+    nodes, ub = _solve_coupled(p, sp.layout, sp.objective, sp.backend, s, clock, sp.racks, st.memory)
+    key, pn, b, sol, notes, ev, _, _ = nodes[0]
+    if p.slo_curves and _slo_mixed_speeds(p) and sp.objective == "max_throughput":
+        # the curves assume the slowest speed of a mix: conservative, not a relaxation; the bound comes from the
+        # same model with every core at the fastest speed, unless the answer already reaches the bound of this
+        # partition's curve-free relaxation (then that bound is the proof, at no cost)
+        x_ev = ev.throughput_tasks_per_hour if ev is not None else 0.0
+        ub = st.ub if st.ub is not None and _proven(x_ev, st.ub, s, 0.0) else \
+            _slo_relaxed_bound(p, sp.layout, sp.backend, s, clock, sp.racks, st.memory)
+    if sp.objective == "max_throughput" and ub is not None:
+        st.ub = ub if st.ub is None else min(st.ub, ub)
+    if not sol.has_solution or b.x not in sol.values:
+        st.done = True
+        if best is None or (best.key[0] < 0 and not best.solution.has_solution):
+            return _Candidate((-1.0, 0.0), replace(p), b, sol, notes, st.coupled, None)
+        return best
+    x_mip = sol.values[b.x]
+    x_eval = ev.throughput_tasks_per_hour if ev is not None else 0.0
+    # Every candidate is judged by what the evaluator says it delivers (and, for cost objectives, costs). On a tie
+    # (within solver precision) the solve with the tail-wait curves wins: its prediction is the evaluated figure,
+    # while the relaxation's prediction ignores the target.
+    tie = (p.slo_curves and sp.objective == "max_throughput" and best is not None
+           and key[0] >= best.key[0] * (1 - s.throughput_tie_tolerance))
+    if best is None or key > best.key or tie:
+        best = _Candidate(key, replace(pn), b, sol, notes, False, ev)
+    more = False
+    if ev is not None and not (sp.objective == "max_throughput" and ub is not None and best.problem.partition != st.part
+                               and _proven(best.key[0], ub, s, 0.0)):
+        # (otherwise this partition's relaxation cannot beat the answer in hand, within the proof's tolerance: its
+        # memory or tail-wait solves would not change the answer, and its bound is already counted)
+        short = [bd for bd in ev.bounds if bd.tasks_per_hour < x_mip * (1 - 1e-7)]
+        if not st.memory and any(bd.kind in ("memory", "disk") for bd in short):
+            st.memory = st.coupled = more = True
+        elif not p.slo_curves and slo_queues(p) and any(bd.kind == "slo" for bd in short):
             # Tail-wait target, lazily as for memory: the solve without it is a relaxation, so an answer whose
-            # evaluated slo bounds do not bind is optimal. Otherwise re-solve with the slo:<q> capacity curves. They
-            # couple the queues (pooling favours sharing, the call-time mix splitting) and their core speed is
-            # conservative for mixed SKUs: compare partitions and the relaxed layout, as for memory.
-            if not p.slo_curves and slo_queues(p) and any(bd.kind == "slo" for bd in short):
-                # This answer misses the target as solved; if it is kept (the solve with curves does worse, e.g. on
-                # its time limit), it is not proven optimal: the relaxation's X bounds the optimum.
-                sol.status, sol.gap = "feasible", max(0.0, (x_mip - x_eval) / max(1e-9, x_eval))
-                p.slo_curves = coupled = True
-                continue
-            break
-        if best is not None and best.problem.partition == part:
-            best = replace(best, coupled=coupled)
-        any_coupled = any_coupled or coupled
-        proven_ub = None if (proven_ub is None or part_ub is None) else max(proven_ub, part_ub)
-    return best, any_coupled, proven_ub
+            # evaluated slo bounds do not bind is optimal. Otherwise re-solve with the slo:<q> capacity curves.
+            # They couple the queues (pooling favours sharing, the call-time mix splitting) and their core speed is
+            # conservative for mixed SKUs: compare partitions and the relaxed layout, as for memory. This answer
+            # misses the target as solved; if it is kept (the solve with curves does worse, e.g. on its time
+            # limit), it is not proven optimal: the relaxation's X bounds the optimum.
+            sol.status, sol.gap = "feasible", max(0.0, (x_mip - x_eval) / max(1e-9, x_eval))
+            p.slo_curves = st.coupled = more = True
+    st.done = st.done or not more
+    if best.problem.partition == st.part:
+        best = replace(best, coupled=st.coupled)
+    return best
 
 
 def _canonical(b: Built, p: Problem, model: LinearModel, sol: Solution, objective: Objective,
@@ -1119,6 +1151,9 @@ def _solve_coupled(p: Problem, layout: Layout, objective: Objective, backend: st
             sol, solved, notes = _solve_stages(b, pn, layout, objective, backend, s, clock)
         ub = _x_bound(sol, b, s) if objective == "max_throughput" else None
         sol = _canonical(b, pn, solved, sol, objective, s)
+        if pn.x_cap is not None:  # the relaxation's bound served the solve; what-ifs must not inherit it
+            b.model.vars[b.x] = Var(b.x, 0.0, None, False)
+            pn = replace(pn, x_cap=None)
         ev = _evaluate_solution(b, pn, sol, layout, s) if sol.has_solution and b.x in sol.values else None
         x_eval = ev.throughput_tasks_per_hour if ev is not None else 0.0
         power = sum(a * sol.values.get(k, 0.0) for k, a in power_terms(b, pn).items()) if sol.has_solution else 0.0
