@@ -32,6 +32,8 @@ from models.performance import (GpuServing, cached_gpu_serving, call_mix, cpu_ca
                                 serving_key, stage_gpu_latency_s)
 from models.queueing import (
     Station,
+    _log_delay,
+    _log_station,
     arrival_queue_pmf,
     birth_death_mean_number,
     closed_loop_fixed_point,
@@ -945,6 +947,105 @@ def _sandbox_population(workload: Workload, queues: list[Queue], class_queue: di
     return best
 
 
+def _log_convolve_exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """log of the convolution of exp(a) and exp(b), first len(a) terms, each by log-sum-exp over its terms (every
+    entry accurate whatever its size: the flow-equivalent rates read G(n) at every population, not only at N, where
+    `_log_convolve`'s scaling lets the small ones underflow). O(n^2) time, O(n) memory."""
+    out = np.full(len(a), -np.inf)
+    for n in range(len(a)):
+        v = a[:n + 1] + b[n::-1]
+        top = np.max(v)
+        if np.isfinite(top):
+            out[n] = top + math.log(float(np.sum(np.exp(v - top))))
+    return out
+
+
+def _queue_rates(stations: list[Station], think_s: float, n_max: int) -> np.ndarray:
+    """Completions per second of a closed network of n tasks, n = 0..n_max: X(n) = G(n-1) / G(n)."""
+    log_g = _log_delay(think_s, n_max)
+    for st in stations:
+        log_g = _log_convolve_exact(log_g, _log_station(st, n_max))
+    mu = np.zeros(n_max + 1)
+    with np.errstate(invalid="ignore"):
+        mu[1:] = np.exp(log_g[:-1] - log_g[1:])
+    return np.nan_to_num(mu, nan=0.0)
+
+
+def _waiting_split(workload: Workload, queues: list[Queue], class_queue: dict[str, str], pools: _QueuePools,
+                   dem: _Demands, slots: _Slots, plan: list, waits: _Waits, x_live: float, agents: int, tight: str,
+                   max_agents: int) -> dict[str, tuple[float, float | None]]:
+    """How the agents beyond the live ones share out their wait among the queues whose sandboxes limit them: per
+    queue, its part of the waiting (agent-seconds per task of the mix) and the squared coefficient of variation of a
+    task's wait there (None: the gamma wait of completions at a steady rate).
+
+    With one limited queue, all of it is that queue's (the queue that fills first). With two or more, classes as
+    they are: each tool queue q with its classes (share sigma_q of the mix) is a flow-equivalent station (Chandy,
+    Herzog & Woo 1975) whose completion rate with n of its tasks live, mu_q(n), is the closed network of those tasks
+    alone: its tool and I/O stations (as in the live loop) and a delay for its model calls (at the live loop's GPU
+    stretch) and other stages. Its sandboxes hold L_q of its tasks, so with more present it completes at
+    mu_q(L_q) and the others wait. The agents cycle through these stations (queue q with probability sigma_q; classes
+    without a queue are a delay): a product-form network, solved exactly for all the agents. Queue q's part is its
+    residence there beyond the live loop's time for its tasks: a queue whose tool cores bind piles up its own tasks
+    (and fills its sandboxes) under load even when another queue's sandboxes fill first at the mix's mean task
+    times, which the single live loop of the mix cannot show. The wait's spread is the arrival theorem's: a task
+    finding j of its queue's tasks waits for max(0, j + 1 - L_q) completions (`multiserver_wait_moments`)."""
+    means = dict(zip((c.name for c in workload.classes), _plan_means(plan, waits)))
+    members = {q.name: [(c, t) for c, t in zip(workload.classes, plan) if class_queue.get(c.name) == q.name]
+               for q in queues}
+    limits: dict[str, float] = {}
+    for q in queues:
+        mem = members[q.name]
+        d = sum(c.share * means[c.name] for c, _ in mem)
+        held = [cap * d / need for cap, need in (
+            (pools.mem[q.name], sum(c.share * means[c.name] * c.sandbox_memory_gb for c, _ in mem)),
+            (pools.disk[q.name], sum(c.share * means[c.name] * c.sandbox_disk_gb for c, _ in mem))) if need > 0]
+        if held and d > 0:
+            limits[q.name] = max(1.0, min(held))
+    if len(limits) < 2 or agents > max_agents:
+        return {tight: (1.0, None)}
+    stations: list[Station] = []
+    think = sum(c.share * means[c.name] for c in workload.classes if class_queue.get(c.name) is None)
+    for q in queues:
+        mem = members[q.name]
+        sigma = sum(c.share for c, _ in mem)
+        if sigma <= 0:
+            continue
+        sub: list[Station] = []
+        cpu_d, io_d = dem.cpu_call_time[q.name] / sigma, dem.io_time[q.name] / sigma
+        if cpu_d > 0 and slots.servers.get(q.name, 0) > 0:
+            sub.append(variability_station("cpu", cpu_d, float(slots.servers[q.name]),
+                                           closed_loop_scale(slots.wait_scale[q.name]), x_live * sigma))
+        if io_d > 0 and slots.io_streams.get(q.name, 0) > 0:
+            sub.append(variability_station("io", io_d, float(slots.io_streams[q.name]),
+                                           closed_loop_scale(slots.io_wait_scale[q.name]), x_live * sigma))
+        own = sum(c.share * (lat * waits.gpu_stretch + rest) for c, (lat, rest, _, _, _) in mem) / sigma
+        # rates up to the tasks its sandboxes hold; beyond, the full-sandbox rate
+        top = int(min(agents, math.floor(limits[q.name]))) if q.name in limits else agents
+        mu = np.empty(agents + 1)
+        mu[:top + 1] = _queue_rates(sub, max(0.0, own - cpu_d - io_d), top)
+        mu[top:] = mu[top]
+        if mu[1] <= 0:
+            return {tight: (1.0, None)}
+        stations.append(Station(f"queue:{q.name}", sigma / mu[1],
+                                lambda n, r=mu / mu[1]: r[np.minimum(np.asarray(n, dtype=int), len(r) - 1)]))
+    res = exact_mva(stations, think, agents)
+    found = arrival_queue_pmf(stations, think, agents, res.throughput)
+    extra: dict[str, float] = {}
+    scv: dict[str, float] = {}
+    for st, r, pmf in zip(stations, res.residence_s, found):
+        qn = st.name.split(":", 1)[1]
+        extra[qn] = max(0.0, float(r) - sum(c.share * means[c.name] for c, _ in members[qn]))
+        if qn in limits and pmf is not None:
+            k = math.floor(limits[qn])
+            m1, m2 = multiserver_wait_moments(pmf, k, k)  # completions counted (one per unit): the ratio is read
+            if m1 * m1 > 0:
+                scv[qn] = max(0.0, m2 / (m1 * m1) - 1.0)
+    total = sum(extra.values())
+    if total <= 0:
+        return {tight: (1.0, None)}
+    return {q: (e / total, scv.get(q)) for q, e in extra.items() if e > 0}
+
+
 @dataclass(frozen=True)
 class _SandboxLimit:
     """The closed loop of as many live tasks as the sandboxes hold at that loop's task times."""
@@ -1155,19 +1256,30 @@ def _closed_loop(op: OperatingPoint, workload: Workload, queues: list[Queue], cl
         waiting = op.agents - closed.agents
         x_n = closed.throughput_tasks_per_hour / HOUR_S
         if waiting > 0 and x_n > 0:
-            # The tasks of the queue that fills wait in its FIFO for `waiting` completions of its own classes,
-            # which come at rate X x their share from many independent tasks (Poisson): a gamma wait.
-            sigma = sum(c.share for c in workload.classes if class_queue.get(c.name) == tight)
-            rate = x_n * sigma
-            wait = {c.name: waiting / rate for c in workload.classes if class_queue.get(c.name) == tight}
-            var = {c: waiting / (rate * rate) for c in wait}
+            # The waiting agents' time, N / X less the live loop's task times (Little), is shared among the
+            # limited queues (`_waiting_split`); with one, a task of its classes waits for that many completions of
+            # its own classes, which come at rate X x their share from many independent tasks (Poisson): a gamma
+            # wait. With more, the wait's spread is the flow-equivalent network's.
+            split = _waiting_split(workload, queues, class_queue, pools, dem, slots,
+                                   _mean_plan(workload, class_queue, gpu, pools, a), waits, x_n, op.agents, tight,
+                                   a.max_closed_loop_agents)
+            wait: dict[str, float] = {}
+            var: dict[str, float] = {}
+            by_queue: dict[str, float] = {}
+            for qn, (part, scv) in split.items():
+                rate = x_n * sum(c.share for c in workload.classes if class_queue.get(c.name) == qn)
+                w = waiting * part / rate
+                for c in workload.classes:
+                    if class_queue.get(c.name) == qn:
+                        wait[c.name], var[c.name] = w, (w / rate if scv is None else scv * w * w)
+                by_queue[qn] = w
             waits = replace(waits, sandbox_wait=wait, sandbox_wait_var=var)
             closed = closed.model_copy(update={"mean_task_seconds": op.agents / x_n,
                                                "sandbox_wait_seconds": waiting / x_n})
+            told = "; ".join(f"{w:,.0f} s on average for a task of queue {qn!r}" for qn, w in by_queue.items())
             warnings.append(f"sandbox {held} of queue {tight!r} holds {closed.agents:,} live tasks of the mix; the "
-                            f"other {waiting:,} agents wait for {held} ({wait[next(iter(wait))]:,.0f} s on average "
-                            f"for a task of that queue, part of its task time) and the closed loop is solved for "
-                            "the live ones")
+                            f"other {waiting:,} agents wait for {held} ({told}, part of its task time) and the "
+                            "closed loop is solved for the live ones")
     else:
         if op.agents is None and sandbox is not None:  # open arrivals: the waits are the operating point's
             closed, waits = sandbox.closed, _Waits(1.0, {}, {}, {}, {}, stable)
