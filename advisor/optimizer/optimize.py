@@ -978,7 +978,7 @@ def _partition_step(sp: _SearchSpace, st: _PartitionState, best: _Candidate | No
     if not sol.has_solution or b.x not in sol.values:
         st.done = True
         if best is None or (best.key[0] < 0 and not best.solution.has_solution):
-            return _Candidate((-1.0, 0.0), replace(p), b, sol, notes, st.coupled, None)
+            return _Candidate((-1.0, 0.0), replace(p, x_cap=None), b, sol, notes, st.coupled, None)
         return best
     x_mip = sol.values[b.x]
     x_eval = ev.throughput_tasks_per_hour if ev is not None else 0.0
