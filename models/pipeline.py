@@ -32,12 +32,11 @@ from models.performance import (GpuServing, cached_gpu_serving, call_mix, cpu_ca
                                 serving_key, stage_gpu_latency_s)
 from models.queueing import (
     Station,
-    _log_delay,
-    _log_station,
     arrival_queue_pmf,
     birth_death_mean_number,
     closed_loop_fixed_point,
     closed_loop_scale,
+    closed_network_rates,
     exact_mva,
     max_arrival_for_wait,
     mmc_mean_wait,
@@ -947,36 +946,12 @@ def _sandbox_population(workload: Workload, queues: list[Queue], class_queue: di
     return best
 
 
-def _log_convolve_exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """log of the convolution of exp(a) and exp(b), first len(a) terms, each by log-sum-exp over its terms (every
-    entry accurate whatever its size: the flow-equivalent rates read G(n) at every population, not only at N, where
-    `_log_convolve`'s scaling lets the small ones underflow). O(n^2) time, O(n) memory."""
-    out = np.full(len(a), -np.inf)
-    for n in range(len(a)):
-        v = a[:n + 1] + b[n::-1]
-        top = np.max(v)
-        if np.isfinite(top):
-            out[n] = top + math.log(float(np.sum(np.exp(v - top))))
-    return out
-
-
-def _queue_rates(stations: list[Station], think_s: float, n_max: int) -> np.ndarray:
-    """Completions per second of a closed network of n tasks, n = 0..n_max: X(n) = G(n-1) / G(n)."""
-    log_g = _log_delay(think_s, n_max)
-    for st in stations:
-        log_g = _log_convolve_exact(log_g, _log_station(st, n_max))
-    mu = np.zeros(n_max + 1)
-    with np.errstate(invalid="ignore"):
-        mu[1:] = np.exp(log_g[:-1] - log_g[1:])
-    return np.nan_to_num(mu, nan=0.0)
-
-
 def _waiting_split(workload: Workload, queues: list[Queue], class_queue: dict[str, str], pools: _QueuePools,
                    dem: _Demands, slots: _Slots, plan: list, waits: _Waits, x_live: float, agents: int, tight: str,
                    max_agents: int) -> dict[str, tuple[float, float | None]]:
     """How the agents beyond the live ones share out their wait among the queues whose sandboxes limit them: per
-    queue, its part of the waiting (agent-seconds per task of the mix) and the squared coefficient of variation of a
-    task's wait there (None: the gamma wait of completions at a steady rate).
+    queue, its share of the waiting time and the squared coefficient of variation of a task's wait there (None: the
+    gamma wait of completions at a steady rate).
 
     With one limited queue, all of it is that queue's (the queue that fills first). With two or more, classes as
     they are: each tool queue q with its classes (share sigma_q of the mix) is a flow-equivalent station (Chandy,
@@ -1022,7 +997,7 @@ def _waiting_split(workload: Workload, queues: list[Queue], class_queue: dict[st
         # rates up to the tasks its sandboxes hold; beyond, the full-sandbox rate
         top = int(min(agents, math.floor(limits[q.name]))) if q.name in limits else agents
         mu = np.empty(agents + 1)
-        mu[:top + 1] = _queue_rates(sub, max(0.0, own - cpu_d - io_d), top)
+        mu[:top + 1] = closed_network_rates(sub, max(0.0, own - cpu_d - io_d), top)
         mu[top:] = mu[top]
         if mu[1] <= 0:
             return {tight: (1.0, None)}

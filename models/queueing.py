@@ -243,6 +243,31 @@ def _mva_key(stations: Sequence[Station], base: list[np.ndarray], rates_at_n: li
     return h.digest()
 
 
+def _log_convolve_exact(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """log of the convolution of exp(a) and exp(b), first len(a) terms, each by log-sum-exp over its terms (every
+    entry accurate whatever its size: the flow-equivalent rates read G(n) at every population, not only at N, where
+    `_log_convolve`'s scaling lets the small ones underflow). O(n^2) time, O(n) memory."""
+    out = np.full(len(a), -np.inf)
+    for n in range(len(a)):
+        v = a[:n + 1] + b[n::-1]
+        top = np.max(v)
+        if np.isfinite(top):
+            out[n] = top + math.log(float(np.sum(np.exp(v - top))))
+    return out
+
+
+def closed_network_rates(stations: list[Station], think_s: float, n_max: int) -> np.ndarray:
+    """Completions per second of a closed network of n tasks, for every n = 0..n_max: X(n) = G(n-1) / G(n) (a
+    flow-equivalent station's rate function, Chandy, Herzog & Woo 1975)."""
+    log_g = _log_delay(think_s, n_max)
+    for st in stations:
+        log_g = _log_convolve_exact(log_g, _log_station(st, n_max))
+    mu = np.zeros(n_max + 1)
+    with np.errstate(invalid="ignore"):
+        mu[1:] = np.exp(log_g[:-1] - log_g[1:])
+    return np.nan_to_num(mu, nan=0.0)
+
+
 def exact_mva(stations: Sequence[Station], think_s: float, population: int, queue_lengths: bool = True) -> ClosedResult:
     """Exact solution of a single-class closed product-form network with load-dependent stations.
 

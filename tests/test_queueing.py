@@ -22,6 +22,7 @@ from models.queueing import (
     birth_death_mean_number,
     closed_loop_fixed_point,
     closed_loop_scale,
+    closed_network_rates,
     ERLANG_RECURSION_MAX_SERVERS,
     erlang_c,
     exact_mva,
@@ -332,6 +333,31 @@ def test_exact_mva_large_population_throughput_at_smaller_populations(demands, t
     for m in (1, 2, 10, n // 7, n // 2, n - 1, n):
         res = exact_mva([Station(f"s{i}", d, single) for i, d in enumerate(demands)], think, m)
         assert res.throughput == pytest.approx(xs_ref[m - 1], rel=1e-8), m
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    demands=st.lists(st.floats(min_value=0.01, max_value=10.0), min_size=1, max_size=3),
+    think=st.one_of(st.just(0.0), st.floats(min_value=0.01, max_value=100.0)),
+    n=st.integers(min_value=1, max_value=60),
+)
+def test_closed_network_rates_at_every_population_match_the_recursion(demands, think, n):
+    """The flow-equivalent rate function X(m) for every m <= N at once (log-sum-exp convolution, so small
+    populations keep their accuracy next to large ones) against the fixed-rate MVA recursion."""
+    xs_ref, _, _ = fixed_rate_mva(demands, think, n)
+    mu = closed_network_rates([Station(f"s{i}", d, single) for i, d in enumerate(demands)], think, n)
+    assert mu[0] == 0.0
+    assert mu[1:] == pytest.approx(xs_ref, rel=1e-9)
+
+
+def test_closed_network_rates_hold_small_populations_beside_thousands():
+    """Populations 1..3,000 of a multi-server station and a delay: each entry equals its own exact solve, including
+    the small ones a convolution scaled to its maximum would lose."""
+    stations = [Station("cpu", 40.0, servers(12))]
+    mu = closed_network_rates(stations, 300.0, 3000)
+    for m in (1, 2, 5, 30, 400, 2999, 3000):
+        assert mu[m] == pytest.approx(exact_mva(stations, 300.0, m).throughput, rel=1e-9), m
+    assert mu[3000] == pytest.approx(12 / 40.0, rel=1e-6)  # saturated: c / D
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])
