@@ -51,11 +51,12 @@ HIGH_SPREAD_SCALE, HIGH_SPREAD_TASKS = 5.0, 4
 HIGH_SPREAD_SCALE: swe-agent's SCV ~30) get HIGH_SPREAD_TASKS times TARGET_TASKS per replication: at 300 tasks one
 such row carried +-10-15% of sampling noise. Chosen by an input of the row, not by its error, so no row is rerun
 because it missed."""
-SHARED_WAIT_TASKS = 4
+SHARED_WAIT_TASKS, SHARED_WAIT_REPLICATIONS = 4, 4
 """Configurations whose agents, at N, wait for the sandboxes of two or more queues get this many times TARGET_TASKS
-per replication: such a loop mixes slowly (how many tasks of each queue are live drifts over thousands of seconds),
-and at 300 tasks the simulated p95 of one such row moved by 15-20% between runs (+3.5% on one page, -13.6% in 4 x
-2,500 tasks). Chosen by the row's inputs and the closed form's own prediction that agents wait, not by its error."""
+per replication and this many replications: such a loop mixes slowly (how many tasks of each queue are live drifts
+over thousands of seconds), and the simulated p95 of one such row came out 3,196 s in 2 replications of ~2,000
+tasks and 3,542-3,789 s in three runs of 4 x 2,500 with other seeds. Chosen by the row's inputs and the closed
+form's own prediction that agents wait, not by its error."""
 WALL_CLOCK_S = 120
 """Wall-clock guard per replication (the simulator stops and flags the row as truncated)."""
 LOAD = 0.8
@@ -256,8 +257,11 @@ def _run_one(args) -> dict:
     n_agents = max(2, math.ceil(2 * x_star / 3600.0 * ev.unloaded_task_seconds))
     ev_n = closed_form_at(cfg, wl, rack, cat, agents=n_agents)
     spread = max((q.wait_scale for q in ev.queues), default=1.0)
+    shared_wait = _waits_at_two_queues(ev_n, wl)
     target = 150 if quick else TARGET_TASKS * max(HIGH_SPREAD_TASKS if spread > HIGH_SPREAD_SCALE else 1,
-                                                    SHARED_WAIT_TASKS if _waits_at_two_queues(ev_n, wl) else 1)
+                                                    SHARED_WAIT_TASKS if shared_wait else 1)
+    if shared_wait and not quick:
+        reps = SHARED_WAIT_REPLICATIONS
     x_n = ev_n.closed_loop.throughput_tasks_per_hour if ev_n.closed_loop else None
     thr = _closed_sim(model, n_agents, x_n or x_star, target, reps, seed)
     # Sustainable bound: the smallest population whose closed-form throughput reaches SATURATION_FRACTION of the
@@ -424,7 +428,8 @@ def write_doc(rows: list[dict], skipped: list[str], path: Path, cmd: str, wall: 
          f"independent replications of about {TARGET_TASKS} measured tasks each ({HIGH_SPREAD_TASKS * TARGET_TASKS:,} "
          f"where a tool queue's Allen-Cunneen factor exceeds {HIGH_SPREAD_SCALE:g}, i.e. the swe-agent rows, whose "
          "tool calls spread widely, and where the closed form has agents waiting for the sandboxes "
-         "of two or more queues, a loop that mixes slowly; warm-up of 3 mean task times discarded): a budget that "
+         f"of two or more queues, a loop that mixes slowly, which also get {SHARED_WAIT_REPLICATIONS} "
+         "replications; warm-up of 3 mean task times discarded): a budget that "
          "fits ~150 configurations "
          "on 2 busy cores. Single rows carry the sampling noise described below; the medians are stable.", "",
          "## Targets", "",
