@@ -299,12 +299,13 @@ def test_exact_mva_jain_example_34_2():
         assert float(res.residence_s.sum()) == pytest.approx(r_sys, abs=6e-4), n
 
 
+FIXED_RATE_DEMANDS = st.lists(st.floats(min_value=0.01, max_value=10.0), min_size=1, max_size=4)
+THINK_S = st.one_of(st.just(0.0), st.floats(min_value=0.01, max_value=100.0))
+"""Fixed-rate single-server networks with a delay, as `fixed_rate_mva` solves them."""
+
+
 @settings(max_examples=60, deadline=None)
-@given(
-    demands=st.lists(st.floats(min_value=0.01, max_value=10.0), min_size=1, max_size=4),
-    think=st.one_of(st.just(0.0), st.floats(min_value=0.01, max_value=100.0)),
-    n=st.integers(min_value=1, max_value=80),
-)
+@given(demands=FIXED_RATE_DEMANDS, think=THINK_S, n=st.integers(min_value=1, max_value=80))
 def test_exact_mva_matches_fixed_rate_mva_recursion(demands, think, n):
     xs_ref, q_ref, r_ref = fixed_rate_mva(demands, think, n)
     res = exact_mva([Station(f"s{i}", d, single) for i, d in enumerate(demands)], think, n)
@@ -336,11 +337,7 @@ def test_exact_mva_large_population_throughput_at_smaller_populations(demands, t
 
 
 @settings(max_examples=40, deadline=None)
-@given(
-    demands=st.lists(st.floats(min_value=0.01, max_value=10.0), min_size=1, max_size=3),
-    think=st.one_of(st.just(0.0), st.floats(min_value=0.01, max_value=100.0)),
-    n=st.integers(min_value=1, max_value=60),
-)
+@given(demands=FIXED_RATE_DEMANDS, think=THINK_S, n=st.integers(min_value=1, max_value=60))
 def test_closed_network_rates_at_every_population_match_the_recursion(demands, think, n):
     """The flow-equivalent rate function X(m) for every m <= N at once (log-sum-exp convolution, so small
     populations keep their accuracy next to large ones) against the fixed-rate MVA recursion."""
