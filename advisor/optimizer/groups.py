@@ -78,6 +78,9 @@ GROUPS: dict[str, Group] = {g.name: g for g in (
           "sum_o gpu_rate_o N_o >= (1 - tie tolerance) x the largest GPU capacity the budgets allow"),
     Group("tie_window", "tie-break stage window", "-", "objective", "model",
           "the previous stage's objective stays within throughput_tie_tolerance of its optimum (§9.5)"),
+    Group("stage_bound", "tie-break stage bound from its curve-free relaxation", "-", "objective", "model",
+          "a later stage's objective >= (<=, maximizing) its optimum over the same model without the tail-wait "
+          "curves (a relaxation; §9.5)"),
     Group("polish", "lexicographic polish", "-", "objective", "model",
           "an earlier stage's objective >= its optimum - tolerance (canonical answers, §9.5)"),
     Group("operating_rate", "operating rate", "tasks/h", "objective", "model",
