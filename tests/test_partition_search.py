@@ -65,3 +65,36 @@ def test_built_in_grid_hybrid_reaches_its_relaxation_bound():
     assert out["error"] is None
     assert out["status"] == "optimal"
     assert out["throughput"] == pytest.approx(3348.08, rel=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["cbc", "highs"])
+def test_a_tie_break_stage_keeps_its_optimum_under_the_curve_free_bound(backend):
+    """`_with_curve_free_bound`: the least-power stage of a tail-wait-curve model carries the curve-free stage's
+    optimum as a lower bound (group stage_bound), which cuts off no answer: the stage's optimum is the same with
+    and without it; a model without curves is left as it is."""
+    from advisor.optimizer.formulation import power_terms
+    from advisor.optimizer.optimize import _with_curve_free_bound
+    from advisor.solver import solve
+
+    p = _problem("b", tail_wait=True, slo_curves=True)
+    b = build(p, memory=False)
+    s = OptimizerSettings()
+    first = b.model.copy()
+    first.objective, first.maximize = {b.x: 1.0}, True
+    x = solve(first, backend, 60, s.mip_gap).objective
+    stage = first.copy()
+    stage.add("tie_throughput", "tie_window", {b.x: 1.0}, ">=", x * (1 - 1e-7))
+    stage.objective, stage.maximize = power_terms(b, p), False
+    bounded = _with_curve_free_bound(stage, "power", backend, Deadline(60), s)
+    cut = [c for c in bounded.constraints if c.group == "stage_bound"]
+    assert len(cut) == 1 and cut[0].sense == ">="
+    free = solve(stage, backend, 60, s.mip_gap)
+    with_cut = solve(bounded, backend, 60, s.mip_gap)
+    assert free.status == with_cut.status == "optimal"
+    assert with_cut.objective == pytest.approx(free.objective, rel=1e-9)
+    assert cut[0].rhs <= free.objective * (1 + 1e-9)
+    relaxed = _problem("b", tail_wait=True)  # no curves: nothing to bound
+    rb = build(relaxed, memory=False)
+    plain = rb.model.copy()
+    plain.objective, plain.maximize = power_terms(rb, relaxed), False
+    assert _with_curve_free_bound(plain, "power", backend, Deadline(60), s) is plain
