@@ -209,9 +209,8 @@ def _closed_sim(model, agents: int, x_guess: float, target: int, reps: int, seed
 
 def _without_tail_target(wl):
     """The workload without its tail-wait targets (the workload's and every class's)."""
-    if not wl.slo or wl.slo.tool_wait_p95_seconds is None:
-        if all(c.tool_wait_p95_seconds is None for c in wl.classes):
-            return wl
+    if not wl.has_tool_wait_target:
+        return wl
     slo = wl.slo.model_copy(update={"tool_wait_p95_seconds": None}) if wl.slo else None
     return wl.model_copy(update={"slo": slo, "classes": [c.model_copy(update={"tool_wait_p95_seconds": None})
                                                          for c in wl.classes]})

@@ -970,10 +970,11 @@ def _waiting_split(workload: Workload, queues: list[Queue], class_queue: dict[st
     means = dict(zip((c.name for c in workload.classes), _plan_means(plan, waits)))
     members = {q.name: [(c, t) for c, t in zip(workload.classes, plan) if class_queue.get(c.name) == q.name]
                for q in queues}
+    # per queue, the task-seconds its classes put on the loop per task of the mix (the live loop's times)
+    demand = {q.name: sum(c.share * means[c.name] for c, _ in members[q.name]) for q in queues}
     limits: dict[str, float] = {}
     for q in queues:
-        mem = members[q.name]
-        d = sum(c.share * means[c.name] for c, _ in mem)
+        mem, d = members[q.name], demand[q.name]
         held = [cap * d / need for cap, need in (
             (pools.mem[q.name], sum(c.share * means[c.name] * c.sandbox_memory_gb for c, _ in mem)),
             (pools.disk[q.name], sum(c.share * means[c.name] * c.sandbox_disk_gb for c, _ in mem))) if need > 0]
@@ -1014,7 +1015,7 @@ def _waiting_split(workload: Workload, queues: list[Queue], class_queue: dict[st
     spread: dict[str, float] = {}
     for st, r, pmf in zip(stations, res.residence_s, found):
         qn = st.name.split(":", 1)[1]
-        extra[qn] = max(0.0, float(r) - sum(c.share * means[c.name] for c, _ in members[qn]))
+        extra[qn] = max(0.0, float(r) - demand[qn])
         if qn in limits and pmf is not None:
             mu = rates[qn]
             j = np.arange(len(pmf))
