@@ -982,6 +982,7 @@ def _partition_step(sp: _SearchSpace, st: _PartitionState, best: _Candidate | No
         # already carries the tie-break budget, so no wider slack is needed (a cap looser by the MIP gap left CBC
         # unable to close that gap: 15 s instead of 0.6 s on the built-in grid's hybrid solve at tool share 0.79)
         p.x_cap = st.ub + PROOF_SLACK * max(1.0, st.ub)
+    p.x_floor = _x_floor(sp, st, best)
     # With memory (and no tail-wait curves) the routing over mixed SKUs is solved by branch and bound on
     # utilization bands; every other stage is one solve. ub: a proven bound on X where the stage's model is a
     # relaxation of the evaluator (None where it is not, or unknown).
@@ -1071,9 +1072,13 @@ def _x_bound(sol: Solution, b: Built, s: OptimizerSettings) -> float | None:
     Where the model's tail-wait curves have secant segments (queues above `slo_curve_exact_servers`), each secant
     lies below the queue's capacity by at most `slo_curve_tolerance` of it: a configuration the evaluator accepts
     at X is accepted by the curves at X (1 - tolerance), so the bound is divided by (1 - tolerance)."""
+    floor = b.model.vars[b.x].lb
     if not sol.has_solution and sol.status == "infeasible":
-        return -math.inf
-    bound = sol.best_bound
+        if floor <= 0:
+            return -math.inf
+        bound = floor  # nothing at or above the floor (Problem.x_floor): the optimum lies below it
+    else:
+        bound = sol.best_bound
     if bound is None and sol.status == "optimal" and sol.objective is not None:
         bound = sol.objective
     if bound is None:
@@ -1149,6 +1154,22 @@ def _has_sandboxes(p: Problem) -> bool:
     return any(c.sandbox_memory_gb > 0 or c.sandbox_disk_gb > 0 for c in p.workload.classes)
 
 
+def _x_floor(sp: _SearchSpace, st: _PartitionState, best: _Candidate | None) -> float | None:
+    """X's floor for a coupled solve of a partition (`Problem.x_floor`): the evaluated answer in hand, less the
+    tie-break window and, with tail-wait curves, the secants' tolerance (by which the evaluator may rate servers
+    above the model's X). Throughput objective, one rack, an answer in hand and a solve past the relaxation only.
+
+    Where the curves assume the slowest core speed of a mix, the model's X may fall further below what the
+    evaluator gives a mix; a mix the floor cuts off then goes unseen, but the answer's label is read from the
+    relaxations' bounds, so it never claims more than is proven."""
+    if (sp.objective != "max_throughput" or sp.racks != 1 or st.iterations <= 1 or best is None
+            or best.key[0] <= 0):
+        return None
+    s = sp.settings
+    tol = s.throughput_tie_tolerance + (s.slo_curve_tolerance if st.problem.slo_curves else 0.0)
+    return best.key[0] * (1.0 - tol) - PROOF_SLACK * max(1.0, best.key[0])
+
+
 def _solve_coupled(p: Problem, layout: Layout, objective: Objective, backend: str, s: OptimizerSettings,
                    clock: _Clock, racks: int, memory: bool = True):
     """Sandbox memory couples the routing over mixed SKUs (docs/model.md section 9.3): spatial branch and bound
@@ -1172,9 +1193,10 @@ def _solve_coupled(p: Problem, layout: Layout, objective: Objective, backend: st
             sol, solved, notes = _solve_stages(b, pn, layout, objective, backend, s, clock)
         ub = _x_bound(sol, b, s) if objective == "max_throughput" else None
         sol = _canonical(b, pn, solved, sol, objective, s)
-        if pn.x_cap is not None:  # the relaxation's bound served the solve; what-ifs must not inherit it
-            b.model.vars[b.x] = Var(b.x, 0.0, None, False)
-            pn = replace(pn, x_cap=None)
+        if pn.x_cap is not None or pn.x_floor is not None:
+            # the cap and floor served the solve (X's bounds, the curves' ends); what-ifs must not inherit them
+            pn = replace(pn, x_cap=None, x_floor=None)
+            b = build(pn, memory=memory)
         ev = _evaluate_solution(b, pn, sol, layout, s) if sol.has_solution and b.x in sol.values else None
         x_eval = ev.throughput_tasks_per_hour if ev is not None else 0.0
         power = sum(a * sol.values.get(k, 0.0) for k, a in power_terms(b, pn).items()) if sol.has_solution else 0.0
@@ -1187,8 +1209,8 @@ def _solve_coupled(p: Problem, layout: Layout, objective: Objective, backend: st
     dims = routing_dims(p) if memory and _has_sandboxes(p) else []
     root = node({})
     done = [root]
-    if objective != "max_throughput" or not dims or root[6] is None:
-        return done, root[6]
+    if objective != "max_throughput" or not dims or root[6] is None or not root[3].has_solution:
+        return done, root[6]  # (no answer at all: none on any band either)
     # Nodes are closed against the best evaluated *capacity* figure, the one the MILP relaxes: the sandboxes' loop
     # (docs/model.md 5.3) lies below every node's bound and no branching on the bands closes that gap. The bound
     # stays valid (every configuration's figure is at most its capacity, at most its node's bound); the answer is
