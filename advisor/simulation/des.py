@@ -106,9 +106,12 @@ GPU, CPU, DELAY, IO = 0, 1, 2, 3
 KIND_NAME = {GPU: "gpu", CPU: "cpu", DELAY: "delay", IO: "io"}
 
 
+GUARD_EVERY_EVENTS = 256
+"""The wall-clock limit and cancellation are checked every this many events of the run loop (`_Run._run_to`): a
+guard in simulated time alone can be hours of wall clock apart when the window is long (checking costs about a
+microsecond)."""
 GUARD_EVERY_STAGES = 256
-"""The wall-clock limit and cancellation are also checked every this many simulated stages: a guard in simulated
-time alone can be hours of wall clock apart when the window is long (checking costs about a microsecond)."""
+"""The same every this many simulated stages, in the previous engine (bench/reference_sim.py)."""
 
 
 class WallClockExceeded(Exception):
@@ -311,27 +314,18 @@ def build_model(config: Configuration, workload: Workload, catalog: Catalog,
 # earlier. Events left per task: one per arrival at a station whose time is not now, one per GPU completion (plus
 # an early timer after an arrival slows a replica) and one at the task's end.
 
-class _Timer:
-    """The GPU pool's completion timer on SimPy's calendar (the attributes SimPy's step reads)."""
-
-    __slots__ = ("callbacks",)
-    _ok = True
-    _value = None
-
-    def __init__(self, callbacks):
-        self.callbacks = callbacks
-
-
 class _Replica:
     """Processor sharing with a load-dependent rate: b calls each progress at speed / (L0 + (b - 1) d) work/s.
     Work is tracked in virtual time v (work each present call has received); a call leaves when v reaches its
-    finish tag."""
+    finish tag. (Its arithmetic is inlined where the pool changes it: the submit in `_Run._go` and `_GpuPool.fire`.)"""
 
-    __slots__ = ("idx", "sku", "l0", "d", "cap", "speed", "n", "v", "last", "heap", "seq", "area_n", "area_work",
+    __slots__ = ("idx", "pos", "sku", "l0", "d", "cap", "speed", "n", "v", "last", "heap", "seq", "area_n", "area_work",
                  "area_empty", "max_rate")
 
     def __init__(self, idx: int, sku: int, spec: SkuSpec):
         self.idx, self.sku = idx, sku
+        self.pos = 0
+        """Its place among its SKU's replicas."""
         self.l0, self.d, self.cap, self.speed = spec.l0, spec.d, spec.batch_limit, spec.speed
         self.n = 0
         self.v = 0.0
@@ -354,78 +348,41 @@ class _Replica:
                 self.area_empty += dt
             self.last = now
 
-    def next_dt(self) -> float:
-        """Seconds to the next completion at the present load (inf when idle)."""
-        if not self.heap:
-            return math.inf
-        dt = (self.heap[0][0] - self.v) * (self.l0 + (self.n - 1) * self.d) / self.speed
-        return dt if dt > 0.0 else 0.0
-
 
 class _GpuPool:
-    """The replicas of every SKU, with one timer on the calendar for the pool's next completion. A change at one
-    replica moves the timer only when that replica's next completion becomes the pool's earliest; an arrival that
-    slows the earliest replica leaves the timer early, and it re-arms when it fires.
+    """The replicas of every SKU and the time of the pool's next completion (`armed`). That time is not an entry
+    on SimPy's calendar: the run loop (`_Run._run_to`) compares it with the calendar's head and calls `fire` when
+    it comes first. `armed_eid` is an event id drawn from SimPy's counter when it is set, so that a completion and
+    a calendar event at the very same time are taken in the order SimPy would take them.
 
     The replicas of a SKU are identical, so the fastest place for a call within a SKU is its least-loaded replica
     (the first of them): per SKU, a list of call counts answers with C-level `min` and `index` instead of a Python
     scan of every replica. The same for the pool's earliest completion over `nt`."""
 
-    def __init__(self, env, skus: list[SkuSpec], done: Callable):
+    def __init__(self, env, skus: list[SkuSpec]):
         self.env = env
         self.replicas = [_Replica(0, i, s) for i, s in enumerate(skus) for _ in range(s.replicas)]
         for j, r in enumerate(self.replicas):
             r.idx = j
         self.by_sku = [[r for r in self.replicas if r.sku == i] for i in range(len(skus))]
+        for reps in self.by_sku:
+            for p, r in enumerate(reps):
+                r.pos = p
+        self.single = len(skus) == 1
         self.loads = [[0] * len(reps) for reps in self.by_sku]
         """Calls held by each replica of each SKU (mirrors `_Replica.n`)."""
         self.nt = [math.inf] * len(self.replicas)
         """Each replica's next completion time at its present load."""
         self.armed = math.inf
-        """Time of the one timer that counts (others on the calendar are stale): at or before every next completion."""
+        """The pool's next completion: at or before every replica's (it can be early after an arrival slowed the
+        earliest replica; `fire` then completes nothing and moves it)."""
+        self.armed_eid = 0
         self.wait: deque = deque()
         self.max_rate = sum(r.max_rate for r in self.replicas)
-        self.done = done
-        self._cbs = [self._fire]
 
-    def _arm(self, now: float, t: float) -> None:
-        """Put the pool's timer on SimPy's calendar at t (SimPy's `schedule` with the absolute time, so `armed` is
-        the very float the event is filed under)."""
-        env = self.env
-        self.armed = t
-        heapq.heappush(env._queue, (t, 1, next(env._eid), _Timer(self._cbs)))
-
-    def submit(self, rel: list[float], g: float, task) -> None:
-        best_k, best_t = -1, math.inf
-        for k, loads in enumerate(self.loads):
-            m = min(loads)
-            r = self.by_sku[k][0]
-            if m < r.cap:
-                t = (r.l0 + m * r.d) / r.speed
-                if t < best_t:
-                    best_k, best_t = k, t
-        if best_k < 0:
-            self.wait.append((rel, g, task))
-            return
-        loads = self.loads[best_k]
-        pos = loads.index(min(loads))
-        rep = self.by_sku[best_k][pos]
-        now = self.env._now
-        rep.advance(now)
-        rep.n = n = rep.n + 1
-        loads[pos] = n
-        rep.seq += 1
-        heap = rep.heap
-        heapq.heappush(heap, (rep.v + rel[rep.sku] * g, rep.seq, task))
-        t = now + rep.next_dt()
-        self.nt[rep.idx] = t
-        if t < self.armed:
-            self._arm(now, t)
-
-    def _fire(self, timer: _Timer) -> None:
-        now = self.env._now
-        if now != self.armed:
-            return
+    def fire(self, now: float) -> list:
+        """Complete the calls due at `now` (the armed time), give freed room to waiting calls, set the next
+        completion; the tasks whose calls completed, in order."""
         self.armed = math.inf
         nt = self.nt
         due = now + 1e-9 * (1.0 + now)
@@ -436,13 +393,23 @@ class _GpuPool:
             nt[j] = math.inf
             due_js.append(j)
             first = min(nt)
-        due_js.sort()  # replicas in index order, as they take waiting calls
+        if len(due_js) > 1:
+            due_js.sort()  # replicas in index order, as they take waiting calls
         done = []
         wait = self.wait
         for j in due_js:
             rep = self.replicas[j]
-            rep.advance(now)
             n = rep.n
+            dt = now - rep.last
+            if dt > 0:
+                if n:
+                    r = rep.speed / (rep.l0 + (n - 1) * rep.d)
+                    rep.v += dt * r
+                    rep.area_n += dt * n
+                    rep.area_work += dt * n * r
+                else:
+                    rep.area_empty += dt
+                rep.last = now
             v = rep.v
             tol = 1e-9 * (1.0 + abs(v))
             heap = rep.heap
@@ -456,13 +423,17 @@ class _GpuPool:
                 rep.seq += 1
                 heapq.heappush(heap, (v + rel[rep.sku] * g, rep.seq, task))
             rep.n = n
-            self.loads[rep.sku][j - self.by_sku[rep.sku][0].idx] = n
-            nt[j] = now + rep.next_dt()
+            self.loads[rep.sku][rep.pos] = n
+            if heap:
+                dt = (heap[0][0] - v) * (rep.l0 + (n - 1) * rep.d) / rep.speed
+                nt[j] = now + (dt if dt > 0.0 else 0.0)
+            else:
+                nt[j] = now + math.inf
         first = min(nt)
         if first < math.inf:
-            self._arm(now, first if first > now else now)
-        for task in done:
-            self.done(task)
+            self.armed = first if first > now else now
+            self.armed_eid = next(self.env._eid)
+        return done
 
     def snapshot(self, now: float) -> tuple[float, float, float]:
         for r in self.replicas:
@@ -656,7 +627,7 @@ class _Run:
         self.warm = st.warmup_s if st.warmup_s is not None else min(st.duration_s, max(3 * mix, 2 * max(ut.values())))
         self.w0, self.w1 = self.warm, self.warm + st.duration_s
         self.tmax = st.max_sim_s if st.max_sim_s is not None else self.w1 + 4 * st.duration_s
-        self.gpu = _GpuPool(self.env, model.skus, self._go) if model.skus else None
+        self.gpu = _GpuPool(self.env, model.skus) if model.skus else None
         self.queues = {n: _Slots(q, self.w0, self.w1) for n, q in model.queues.items()}
         self.io = {n: _Slots(QueueSpec(n, q.io_streams, 1.0, q.io_streams, 1.0, 0.0), self.w0, self.w1)
                    for n, q in model.queues.items() if q.io_streams > 0}
@@ -695,12 +666,12 @@ class _Run:
                      for s in c.stages] for c in model.classes]
         self.draw_par = [[(1.0 if s.kind == GPU else s.mean_s, s.cv) for s in c.stages] for c in model.classes]
         self.bufs = [[[] for _ in c.stages] for c in model.classes]
+        self.ctx = [(self.ops[ci], self.bufs[ci], self.stage_time[ci], self.stage_wait[ci])
+                    for ci in range(len(model.classes))]
         self.gpu_calls = 0
         self.gpu_call_time = 0.0
         self.snap0 = self.snap1 = None
         self.truncated = False
-        self._stages = 0
-        self._guard_at = GUARD_EVERY_STAGES
         self.deadline = math.inf
 
     def _station(self, s: StageSpec) -> _Slots | None:
@@ -773,18 +744,16 @@ class _Run:
     def _go(self, task: _Task) -> None:
         """Run the task's stages from where it is, at the current time: delays add up, a slot station places the
         call at once; the task goes back on the calendar when its next station arrival (or its end) is later than
-        now, and waits in the GPU pool for a model call. (The hot loop of the engine: locals, no calls but the
-        placement; SimPy's `now` and `schedule` are read and done inline, as SimPy's own step does.)"""
+        now, and waits in the GPU pool for a model call. (The hot path of the engine: locals, no calls; the GPU
+        pool's `submit` and SimPy's `schedule` are done inline.)"""
         env = self.env
         now = env._now
         t = now
         seq, pos, ci = task.seq, task.pos, task.ci
-        pos0 = pos
-        ops, bufs = self.ops[ci], self.bufs[ci]
-        times, waits = self.stage_time[ci], self.stage_wait[ci]
+        ops, bufs, times, waits = self.ctx[ci]
         measured = task.measured
         rec = self.recorder
-        if task.in_gpu:  # the model call at `pos` completes now (the GPU pool calls back here)
+        if task.in_gpu:  # the model call at `pos` completes now (the GPU pool's fire returned the task)
             task.in_gpu = False
             i = seq[pos]
             if measured:
@@ -813,10 +782,54 @@ class _Run:
                 task.in_gpu = True
                 task.t_gpu = now
                 task.g = x
-                self.gpu.submit(station, x, task)
-                self._stages += pos - pos0 + 1
-                if self._stages >= self._guard_at:
-                    self._guard()
+                # the GPU pool's submit, inline: the least-loaded replica of the SKU where the call would progress
+                # fastest now, or the pool's FIFO when every replica is at its batch limit
+                pool = self.gpu
+                if pool.single:
+                    loads = pool.loads[0]
+                    m = min(loads)
+                    rep = pool.by_sku[0][0]
+                    if m >= rep.cap:
+                        pool.wait.append((station, x, task))
+                        return
+                    rep = pool.by_sku[0][loads.index(m)]
+                else:
+                    best_k, best_t = -1, math.inf
+                    for k, loads in enumerate(pool.loads):
+                        m = min(loads)
+                        r = pool.by_sku[k][0]
+                        if m < r.cap:
+                            tk = (r.l0 + m * r.d) / r.speed
+                            if tk < best_t:
+                                best_k, best_t = k, tk
+                    if best_k < 0:
+                        pool.wait.append((station, x, task))
+                        return
+                    loads = pool.loads[best_k]
+                    rep = pool.by_sku[best_k][loads.index(min(loads))]
+                n = rep.n
+                dt = now - rep.last
+                if dt > 0:
+                    if n:
+                        r = rep.speed / (rep.l0 + (n - 1) * rep.d)
+                        rep.v += dt * r
+                        rep.area_n += dt * n
+                        rep.area_work += dt * n * r
+                    else:
+                        rep.area_empty += dt
+                    rep.last = now
+                rep.n = n = n + 1
+                loads[rep.pos] = n
+                rep.seq += 1
+                heap = rep.heap
+                v = rep.v
+                heapq.heappush(heap, (v + station[rep.sku] * x, rep.seq, task))
+                dt = (heap[0][0] - v) * (rep.l0 + (n - 1) * rep.d) / rep.speed
+                t = now + (dt if dt > 0.0 else 0.0)
+                pool.nt[rep.idx] = t
+                if t < pool.armed:
+                    pool.armed = t
+                    pool.armed_eid = next(env._eid)
                 return
             else:
                 # placed on arrival (Kiefer-Wolfowitz): the call starts when the earliest slot frees, or now
@@ -841,20 +854,10 @@ class _Run:
                     rec(task.tid, task.cls, task.cls.stages[i], start, t, None)
             pos += 1
         task.pos = pos
-        self._stages += pos - pos0
-        if self._stages >= self._guard_at:
-            self._guard()
         if t > now:
-            task.callbacks = self._wake
             heapq.heappush(env._queue, (t, 1, next(env._eid), task))
             return
         self._finish(task)
-
-    def _guard(self) -> None:
-        """Called when `_stages` (counted in `_go`) reaches `_guard_at`: check the wall clock and cancellation, and
-        set the next check GUARD_EVERY_STAGES stages on."""
-        self._guard_at = self._stages + GUARD_EVERY_STAGES
-        self._check_limits()
 
     def _finish(self, task: _Task) -> None:
         now = self.env.now
@@ -895,8 +898,54 @@ class _Run:
         cancel.check()
 
     def _run_to(self, until: float) -> None:
-        if until > self.env.now:
-            self.env.run(until=until)
+        """SimPy's `env.run(until=until)`, done here: pop the calendar's events in SimPy's order (time, priority,
+        event id) and run their callbacks, and take the GPU pool's next completion when it comes first."""
+        env = self.env
+        now = env._now
+        if until <= now:
+            return
+        stop = now + (until - now)  # the time SimPy's own `until` event would be filed under
+        q = env._queue
+        pool = self.gpu
+        go = self._go
+        pop = heapq.heappop
+        inf = math.inf
+        guard = GUARD_EVERY_EVENTS
+        while True:
+            guard -= 1
+            if not guard:
+                guard = GUARD_EVERY_EVENTS
+                self._check_limits()
+            armed = pool.armed if pool is not None else inf
+            if q:
+                head = q[0]
+                t = head[0]
+                if armed < t or (armed == t and pool.armed_eid < head[2]):
+                    if armed >= stop:
+                        break
+                    env._now = armed
+                    for task in pool.fire(armed):
+                        go(task)
+                    continue
+                if t >= stop:
+                    break
+                pop(q)
+                env._now = t
+                ev = head[3]
+                if ev.__class__ is _Task:
+                    go(ev)
+                else:
+                    cbs = ev.callbacks
+                    ev.callbacks = None
+                    for cb in cbs:
+                        cb(ev)
+            elif armed < stop:
+                env._now = armed
+                for task in pool.fire(armed):
+                    go(task)
+            else:
+                break
+        env._now = stop
 
     def run(self) -> dict:
         st, env = self.st, self.env
