@@ -442,6 +442,20 @@ class _GpuPool:
                 sum(r.area_empty for r in self.replicas))
 
 
+class _NoGpu:
+    """The run loop's stand-in for the GPU pool of a model without one."""
+
+    armed = math.inf
+    armed_eid = 0
+    single = True
+
+    def fire(self, now: float) -> list:
+        return []
+
+
+_NO_GPU = _NoGpu()
+
+
 class _Slots:
     """A FIFO pool of identical call slots. Calls are offered in time order, so each call's start is known when it
     arrives (Kiefer-Wolfowitz: the earliest time a slot frees, or now): no event of its own. Busy slot-time and
@@ -648,7 +662,6 @@ class _Run:
         self.cum = _cumulative([c.share for c in model.classes])
         self.recorder = recorder
         self.task_seq = 0
-        self._wake = [self._go]
         self.rate_s = 0.0
         # statistics
         ncls = len(model.classes)
@@ -662,12 +675,11 @@ class _Run:
         self.measured_by_class = [0] * ncls
         # Per class and stage: (kind, station (a GPU stage's work per call by SKU), parallelism), its draws' (gamma
         # mean, cv) and its buffer of draws (a GPU call's draw is its work factor G, mean 1).
-        self.ops = [[(s.kind, s.rel if s.kind == GPU else self._station(s), s.parallelism if s.kind == CPU else 1.0)
-                     for s in c.stages] for c in model.classes]
         self.draw_par = [[(1.0 if s.kind == GPU else s.mean_s, s.cv) for s in c.stages] for c in model.classes]
         self.bufs = [[[] for _ in c.stages] for c in model.classes]
-        self.ctx = [(self.ops[ci], self.bufs[ci], self.stage_time[ci], self.stage_wait[ci])
-                    for ci in range(len(model.classes))]
+        self.ops = [[(s.kind, s.rel if s.kind == GPU else self._station(s), s.parallelism if s.kind == CPU else 1.0,
+                      self.bufs[ci][i], i) for i, s in enumerate(c.stages)] for ci, c in enumerate(model.classes)]
+        self.ctx = [(self.stage_time[ci], self.stage_wait[ci]) for ci in range(len(model.classes))]
         self.gpu_calls = 0
         self.gpu_call_time = 0.0
         self.snap0 = self.snap1 = None
@@ -682,8 +694,8 @@ class _Run:
         return None
 
     def _refill(self, ci: int, i: int) -> float:
-        b = self.draw.block_of(*self.draw_par[ci][i])
-        self.bufs[ci][i] = b
+        b = self.bufs[ci][i]
+        b.extend(self.draw.block_of(*self.draw_par[ci][i]))
         return b.pop()
 
     # draws
@@ -728,13 +740,14 @@ class _Run:
                 return
         u = self.draw.uniform() if self.st.count_coupling == "comonotone" else None
         counts = [self._count(s, u) for s in cls.stages]
-        seq: list[int] = []
+        ops = self.ops[task.ci]
+        seq: list[tuple] = []
         for block in cls.blocks:
             if len(block) == 1:
-                seq.extend(block * counts[block[0]])
+                seq.extend([ops[block[0]]] * counts[block[0]])
             else:
                 nmax = max(counts[i] for i in block)
-                seq.extend(i for t in range(nmax) for i in block if counts[i] > t)
+                seq.extend(ops[i] for t in range(nmax) for i in block if counts[i] > t)
         task.seq = seq
         if self.recorder is not None:
             self.task_seq += 1
@@ -742,122 +755,9 @@ class _Run:
         self._go(task)
 
     def _go(self, task: _Task) -> None:
-        """Run the task's stages from where it is, at the current time: delays add up, a slot station places the
-        call at once; the task goes back on the calendar when its next station arrival (or its end) is later than
-        now, and waits in the GPU pool for a model call. (The hot path of the engine: locals, no calls; the GPU
-        pool's `submit` and SimPy's `schedule` are done inline.)"""
-        env = self.env
-        now = env._now
-        t = now
-        seq, pos, ci = task.seq, task.pos, task.ci
-        ops, bufs, times, waits = self.ctx[ci]
-        measured = task.measured
-        rec = self.recorder
-        if task.in_gpu:  # the model call at `pos` completes now (the GPU pool's fire returned the task)
-            task.in_gpu = False
-            i = seq[pos]
-            if measured:
-                times[i] += now - task.t_gpu
-                self.gpu_calls += 1
-                self.gpu_call_time += now - task.t_gpu
-            if rec is not None:
-                rec(task.tid, task.cls, task.cls.stages[i], task.t_gpu, now, task.g)
-            pos += 1
-        end = len(seq)
-        while pos < end:
-            i = seq[pos]
-            kind, station, par = ops[i]
-            if kind != DELAY and t > now:
-                break
-            b = bufs[i]
-            x = b.pop() if b else self._refill(ci, i)
-            if kind == DELAY:
-                if measured:
-                    times[i] += x
-                if rec is not None:
-                    rec(task.tid, task.cls, task.cls.stages[i], t, t + x, None)
-                t += x
-            elif kind == GPU:
-                task.pos = pos
-                task.in_gpu = True
-                task.t_gpu = now
-                task.g = x
-                # the GPU pool's submit, inline: the least-loaded replica of the SKU where the call would progress
-                # fastest now, or the pool's FIFO when every replica is at its batch limit
-                pool = self.gpu
-                if pool.single:
-                    loads = pool.loads[0]
-                    m = min(loads)
-                    rep = pool.by_sku[0][0]
-                    if m >= rep.cap:
-                        pool.wait.append((station, x, task))
-                        return
-                    rep = pool.by_sku[0][loads.index(m)]
-                else:
-                    best_k, best_t = -1, math.inf
-                    for k, loads in enumerate(pool.loads):
-                        m = min(loads)
-                        r = pool.by_sku[k][0]
-                        if m < r.cap:
-                            tk = (r.l0 + m * r.d) / r.speed
-                            if tk < best_t:
-                                best_k, best_t = k, tk
-                    if best_k < 0:
-                        pool.wait.append((station, x, task))
-                        return
-                    loads = pool.loads[best_k]
-                    rep = pool.by_sku[best_k][loads.index(min(loads))]
-                n = rep.n
-                dt = now - rep.last
-                if dt > 0:
-                    if n:
-                        r = rep.speed / (rep.l0 + (n - 1) * rep.d)
-                        rep.v += dt * r
-                        rep.area_n += dt * n
-                        rep.area_work += dt * n * r
-                    else:
-                        rep.area_empty += dt
-                    rep.last = now
-                rep.n = n = n + 1
-                loads[rep.pos] = n
-                rep.seq += 1
-                heap = rep.heap
-                v = rep.v
-                heapq.heappush(heap, (v + station[rep.sku] * x, rep.seq, task))
-                dt = (heap[0][0] - v) * (rep.l0 + (n - 1) * rep.d) / rep.speed
-                t = now + (dt if dt > 0.0 else 0.0)
-                pool.nt[rep.idx] = t
-                if t < pool.armed:
-                    pool.armed = t
-                    pool.armed_eid = next(env._eid)
-                return
-            else:
-                # placed on arrival (Kiefer-Wolfowitz): the call starts when the earliest slot frees, or now
-                free = station.free
-                start = free[0]
-                if start < now:
-                    start = now
-                t = start + x
-                heapreplace(free, t)
-                if t > station.w0 and start < station.w1:  # busy time, clipped to the window
-                    held = (t if t < station.w1 else station.w1) - (start if start > station.w0 else station.w0)
-                    station.area_slots += held
-                    station.area_cores += held * par
-                if measured:
-                    w = start - now
-                    waits[i] += w
-                    times[i] += t - now
-                    station.calls += 1
-                    station.wait_sum += w
-                    station.waits.append(w)
-                if rec is not None:
-                    rec(task.tid, task.cls, task.cls.stages[i], start, t, None)
-            pos += 1
-        task.pos = pos
-        if t > now:
-            heapq.heappush(env._queue, (t, 1, next(env._eid), task))
-            return
-        self._finish(task)
+        """Run a task that starts now (after its admission) up to its first wait: the run loop's own code for one
+        task (`_run_to`)."""
+        self._run_to(math.inf, task)
 
     def _finish(self, task: _Task) -> None:
         now = self.env.now
@@ -897,54 +797,193 @@ class _Run:
             raise WallClockExceeded()
         cancel.check()
 
-    def _run_to(self, until: float) -> None:
+    def _run_to(self, until: float, start: _Task | None = None) -> None:
         """SimPy's `env.run(until=until)`, done here: pop the calendar's events in SimPy's order (time, priority,
-        event id) and run their callbacks, and take the GPU pool's next completion when it comes first."""
+        event id), take the GPU pool's next completion when it comes first, and run each task's stages inline.
+        With `start`, run only that task's stages at the current time (a task that starts, `_go`) and return.
+
+        A task runs from where it is, at the current time: delays add up, a slot station places the call at once;
+        the task goes back on the calendar when its next station arrival (or its end) is later than now, and waits
+        in the GPU pool for a model call. (The hot loop of the engine: locals, no calls in the common path; the GPU
+        pool's submit and SimPy's `schedule` are done inline.)"""
         env = self.env
-        now = env._now
-        if until <= now:
-            return
-        stop = now + (until - now)  # the time SimPy's own `until` event would be filed under
+        if start is None:
+            now = env._now
+            if until <= now:
+                return
+            stop = now + (until - now)  # the time SimPy's own `until` event would be filed under
         q = env._queue
-        pool = self.gpu
-        go = self._go
-        pop = heapq.heappop
-        inf = math.inf
+        pool = self.gpu if self.gpu is not None else _NO_GPU
+        fire = pool.fire
+        single = pool.single
+        ctx = self.ctx
+        rec = self.recorder
+        eids = env._eid
+        push, pop = heapq.heappush, heapq.heappop
+        done: list = []
+        di = dn = 0
         guard = GUARD_EVERY_EVENTS
+        task = start
+        completed = False
         while True:
-            guard -= 1
-            if not guard:
-                guard = GUARD_EVERY_EVENTS
-                self._check_limits()
-            armed = pool.armed if pool is not None else inf
-            if q:
-                head = q[0]
-                t = head[0]
-                if armed < t or (armed == t and pool.armed_eid < head[2]):
-                    if armed >= stop:
-                        break
-                    env._now = armed
-                    for task in pool.fire(armed):
-                        go(task)
-                    continue
-                if t >= stop:
-                    break
-                pop(q)
-                env._now = t
-                ev = head[3]
-                if ev.__class__ is _Task:
-                    go(ev)
-                else:
-                    cbs = ev.callbacks
-                    ev.callbacks = None
-                    for cb in cbs:
-                        cb(ev)
-            elif armed < stop:
-                env._now = armed
-                for task in pool.fire(armed):
-                    go(task)
+            if task is not None:  # `start`
+                now = env._now
+            elif di < dn:  # a task whose model call completed at this `now`
+                task = done[di]
+                di += 1
+                completed = True
             else:
-                break
+                guard -= 1
+                if not guard:
+                    guard = GUARD_EVERY_EVENTS
+                    self._check_limits()
+                armed = pool.armed
+                if q:
+                    head = q[0]
+                    t = head[0]
+                    if armed < t or (armed == t and pool.armed_eid < head[2]):
+                        if armed >= stop:
+                            break
+                        env._now = now = armed
+                        done = fire(now)
+                        di, dn = 0, len(done)
+                        continue
+                    if t >= stop:
+                        break
+                    pop(q)
+                    env._now = now = t
+                    task = head[3]
+                    if task.__class__ is not _Task:
+                        cbs = task.callbacks
+                        task.callbacks = None
+                        for cb in cbs:
+                            cb(task)
+                        task = None
+                        continue
+                elif armed < stop:
+                    env._now = now = armed
+                    done = fire(now)
+                    di, dn = 0, len(done)
+                    continue
+                else:
+                    break
+            # ---- the task's stages from where it is, at `now`
+            seq, pos = task.seq, task.pos
+            times, waits = ctx[task.ci]
+            measured = task.measured
+            if completed:  # the model call at `pos` completes now
+                completed = False
+                i = seq[pos][4]
+                if measured:
+                    times[i] += now - task.t_gpu
+                    self.gpu_calls += 1
+                    self.gpu_call_time += now - task.t_gpu
+                if rec is not None:
+                    rec(task.tid, task.cls, task.cls.stages[i], task.t_gpu, now, task.g)
+                pos += 1
+            t = now
+            end = len(seq)
+            while pos < end:
+                kind, station, par, b, i = seq[pos]
+                if kind != DELAY and t > now:
+                    break
+                x = b.pop() if b else self._refill(task.ci, i)
+                if kind == DELAY:
+                    if measured:
+                        times[i] += x
+                    if rec is not None:
+                        rec(task.tid, task.cls, task.cls.stages[i], t, t + x, None)
+                    t += x
+                elif kind == GPU:
+                    task.pos = pos
+                    task.t_gpu = now
+                    task.g = x
+                    # the GPU pool's submit: the least-loaded replica of the SKU where the call would progress
+                    # fastest now, or the pool's FIFO when every replica is at its batch limit
+                    if single:
+                        loads = pool.loads[0]
+                        m = min(loads)
+                        rep = pool.by_sku[0][0]
+                        if m >= rep.cap:
+                            pool.wait.append((station, x, task))
+                            break
+                        rep = pool.by_sku[0][loads.index(m)]
+                    else:
+                        best_k, best_t = -1, math.inf
+                        for k, loads in enumerate(pool.loads):
+                            m = min(loads)
+                            r = pool.by_sku[k][0]
+                            if m < r.cap:
+                                tk = (r.l0 + m * r.d) / r.speed
+                                if tk < best_t:
+                                    best_k, best_t = k, tk
+                        if best_k < 0:
+                            pool.wait.append((station, x, task))
+                            break
+                        loads = pool.loads[best_k]
+                        rep = pool.by_sku[best_k][loads.index(min(loads))]
+                    n = rep.n
+                    dt = now - rep.last
+                    if dt > 0:
+                        if n:
+                            r = rep.speed / (rep.l0 + (n - 1) * rep.d)
+                            rep.v += dt * r
+                            rep.area_n += dt * n
+                            rep.area_work += dt * n * r
+                        else:
+                            rep.area_empty += dt
+                        rep.last = now
+                    rep.n = n = n + 1
+                    loads[rep.pos] = n
+                    rep.seq += 1
+                    heap = rep.heap
+                    v = rep.v
+                    push(heap, (v + station[rep.sku] * x, rep.seq, task))
+                    dt = (heap[0][0] - v) * (rep.l0 + (n - 1) * rep.d) / rep.speed
+                    tk = now + (dt if dt > 0.0 else 0.0)
+                    pool.nt[rep.idx] = tk
+                    if tk < pool.armed:
+                        pool.armed = tk
+                        pool.armed_eid = next(eids)
+                    break
+                else:
+                    # placed on arrival (Kiefer-Wolfowitz): the call starts when the earliest slot frees, or now
+                    free = station.free
+                    st = free[0]
+                    if st < now:
+                        st = now
+                    t = st + x
+                    heapreplace(free, t)
+                    if t > station.w0 and st < station.w1:  # busy time, clipped to the window
+                        held = (t if t < station.w1 else station.w1) - (st if st > station.w0 else station.w0)
+                        station.area_slots += held
+                        station.area_cores += held * par
+                    if measured:
+                        w = st - now
+                        waits[i] += w
+                        times[i] += t - now
+                        station.calls += 1
+                        station.wait_sum += w
+                        station.waits.append(w)
+                    if rec is not None:
+                        rec(task.tid, task.cls, task.cls.stages[i], st, t, None)
+                pos += 1
+            else:  # no model call: on the calendar at the next station arrival, or the end
+                task.pos = pos
+                if t > now:
+                    push(q, (t, 1, next(eids), task))
+                else:
+                    self._finish(task)
+                if start is not None:
+                    return
+                task = None
+                continue
+            if t > now:  # stopped before a station arrival later than now (else it is in the GPU pool, t = now)
+                task.pos = pos
+                push(q, (t, 1, next(eids), task))
+            if start is not None:
+                return
+            task = None
         env._now = stop
 
     def run(self) -> dict:
