@@ -547,20 +547,21 @@ class _Task:
     """One task: its class, arrival, the stage indices it runs in order (turns interleaved) and where it is. It is
     scheduled on SimPy's calendar as its own event (at most one pending at a time)."""
 
-    __slots__ = ("callbacks", "ci", "cls", "t_arr", "measured", "phase", "seq", "pos", "in_gpu", "t_gpu", "g", "tid")
-    _ok = True
-    _value = None
+    __slots__ = ("ci", "cls", "t_arr", "measured", "phase", "seq", "pos", "t_gpu", "g", "tid", "eid")
 
     def __init__(self, ci: int, cls: ClassSpec, t_arr: float, measured: bool):
-        self.callbacks = None
         self.ci, self.cls, self.t_arr, self.measured = ci, cls, t_arr, measured
         self.phase = 0
         self.seq: list[int] = []
         self.pos = 0
-        self.in_gpu = False
-        """In the GPU pool: the next `_go` is the model call's completion."""
         self.t_gpu = self.g = 0.0
         self.tid = None
+        self.eid = 0
+        """The SimPy event id drawn when it was last filed on the run's task calendar."""
+
+
+class _Chain(deque):
+    """Tasks that wake at the very same time, in the order they were filed."""
 
 
 class _Arrivals:
@@ -662,6 +663,10 @@ class _Run:
         self.cum = _cumulative([c.share for c in model.classes])
         self.recorder = recorder
         self.task_seq = 0
+        self.tq: list[float] = [math.inf]
+        """The tasks' calendar: a heap of wake times (floats: cheaper to order than SimPy's entries), the task to
+        wake at each in `tw`; inf stays at the bottom so that it is never empty."""
+        self.tw: dict[float, _Task | _Chain] = {}
         self.rate_s = 0.0
         # statistics
         ncls = len(model.classes)
@@ -754,6 +759,33 @@ class _Run:
             task.tid = self.task_seq
         self._go(task)
 
+    def _chain(self, t: float, first, task: _Task) -> None:
+        """A second task wakes at the very same time as one already filed: keep them in a chain, in order."""
+        if first.__class__ is _Chain:
+            first.append(task)
+        else:
+            self.tw[t] = _Chain((first, task))
+
+    def _unchain(self, t: float, chain: _Chain) -> _Task:
+        task = chain.popleft()
+        if chain:
+            self.tw[t] = chain
+        return task
+
+    def _first(self, t: float) -> int:
+        """Which of the wake (0), the GPU completion (1) and SimPy's head event (2) at the same time `t` comes
+        first: the one filed first, by SimPy's event ids (all at SimPy's normal priority but SimPy's own)."""
+        keys = []
+        if self.tq[0] == t:
+            w = self.tw[t]
+            keys.append((1, (w[0] if w.__class__ is _Chain else w).eid, 0))
+        if self.gpu is not None and self.gpu.armed == t:
+            keys.append((1, self.gpu.armed_eid, 1))
+        q = self.env._queue
+        if q and q[0][0] == t:
+            keys.append((q[0][1], q[0][2], 2))
+        return min(keys)[2]
+
     def _go(self, task: _Task) -> None:
         """Run a task that starts now (after its admission) up to its first wait: the run loop's own code for one
         task (`_run_to`)."""
@@ -813,6 +845,9 @@ class _Run:
                 return
             stop = now + (until - now)  # the time SimPy's own `until` event would be filed under
         q = env._queue
+        tq, tw = self.tq, self.tw
+        setd = tw.setdefault
+        inf = math.inf
         pool = self.gpu if self.gpu is not None else _NO_GPU
         fire = pool.fire
         single = pool.single
@@ -837,36 +872,37 @@ class _Run:
                 if not guard:
                     guard = GUARD_EVERY_EVENTS
                     self._check_limits()
+                # the next of: a task's wake (tq), the GPU pool's completion, an event on SimPy's calendar
+                tt = tq[0]
                 armed = pool.armed
-                if q:
-                    head = q[0]
-                    t = head[0]
-                    if armed < t or (armed == t and pool.armed_eid < head[2]):
-                        if armed >= stop:
-                            break
-                        env._now = now = armed
-                        done = fire(now)
-                        di, dn = 0, len(done)
-                        continue
-                    if t >= stop:
-                        break
-                    pop(q)
-                    env._now = now = t
-                    task = head[3]
-                    if task.__class__ is not _Task:
-                        cbs = task.callbacks
-                        task.callbacks = None
-                        for cb in cbs:
-                            cb(task)
-                        task = None
-                        continue
-                elif armed < stop:
-                    env._now = now = armed
+                st = q[0][0] if q else inf
+                if tt < armed and tt < st:
+                    t, which = tt, 0
+                elif armed < tt and armed < st:
+                    t, which = armed, 1
+                elif st < tt and st < armed:
+                    t, which = st, 2
+                else:  # a tie (or nothing left)
+                    t = min(tt, armed, st)
+                    which = self._first(t) if t < stop else 0
+                if t >= stop:
+                    break
+                env._now = now = t
+                if which == 1:
                     done = fire(now)
                     di, dn = 0, len(done)
                     continue
-                else:
-                    break
+                if which == 2:
+                    ev = pop(q)[3]
+                    cbs = ev.callbacks
+                    ev.callbacks = None
+                    for cb in cbs:
+                        cb(ev)
+                    continue
+                pop(tq)
+                task = tw.pop(t)
+                if task.__class__ is not _Task:
+                    task = self._unchain(t, task)
             # ---- the task's stages from where it is, at `now`
             seq, pos = task.seq, task.pos
             times, waits = ctx[task.ci]
@@ -971,7 +1007,11 @@ class _Run:
             else:  # no model call: on the calendar at the next station arrival, or the end
                 task.pos = pos
                 if t > now:
-                    push(q, (t, 1, next(eids), task))
+                    task.eid = next(eids)
+                    o = setd(t, task)
+                    if o is not task:
+                        self._chain(t, o, task)
+                    push(tq, t)
                 else:
                     self._finish(task)
                 if start is not None:
@@ -980,7 +1020,11 @@ class _Run:
                 continue
             if t > now:  # stopped before a station arrival later than now (else it is in the GPU pool, t = now)
                 task.pos = pos
-                push(q, (t, 1, next(eids), task))
+                task.eid = next(eids)
+                o = setd(t, task)
+                if o is not task:
+                    self._chain(t, o, task)
+                push(tq, t)
             if start is not None:
                 return
             task = None
