@@ -79,7 +79,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from heapq import heapreplace
 import math
 import time
 from collections import deque
@@ -386,15 +385,24 @@ class _GpuPool:
         self.armed = math.inf
         nt = self.nt
         due = now + 1e-9 * (1.0 + now)
-        due_js = []
         first = min(nt)
-        while first <= due:
-            j = nt.index(first)
-            nt[j] = math.inf
-            due_js.append(j)
-            first = min(nt)
-        if len(due_js) > 1:
-            due_js.sort()  # replicas in index order, as they take waiting calls
+        if first > due:  # early (an arrival slowed the replica it was set for): nothing completes
+            self.armed = first if first > now else now
+            self.armed_eid = next(self.env._eid)
+            return []
+        j = nt.index(first)
+        nt[j] = math.inf
+        rest = min(nt)
+        if rest <= due:  # more than one replica due: in index order, as they take waiting calls
+            due_js = [j]
+            while rest <= due:
+                j = nt.index(rest)
+                nt[j] = math.inf
+                due_js.append(j)
+                rest = min(nt)
+            due_js.sort()
+        else:
+            due_js = (j,)
         done = []
         wait = self.wait
         for j in due_js:
@@ -411,27 +419,30 @@ class _GpuPool:
                     rep.area_empty += dt
                 rep.last = now
             v = rep.v
-            tol = 1e-9 * (1.0 + abs(v))
+            lim = v + 1e-9 * (1.0 + abs(v))
             heap = rep.heap
-            while heap and heap[0][0] <= v + tol:
+            while heap and heap[0][0] <= lim:
                 done.append(heapq.heappop(heap)[2])
                 n -= 1
-            cap = rep.cap
-            while wait and n < cap:
-                rel, g, task = wait.popleft()
-                n += 1
-                rep.seq += 1
-                heapq.heappush(heap, (v + rel[rep.sku] * g, rep.seq, task))
+            if wait and n < rep.cap:
+                cap = rep.cap
+                while wait and n < cap:
+                    rel, g, task = wait.popleft()
+                    n += 1
+                    rep.seq += 1
+                    heapq.heappush(heap, (v + rel[rep.sku] * g, rep.seq, task))
             rep.n = n
             self.loads[rep.sku][rep.pos] = n
             if heap:
                 dt = (heap[0][0] - v) * (rep.l0 + (n - 1) * rep.d) / rep.speed
-                nt[j] = now + (dt if dt > 0.0 else 0.0)
+                t = now + (dt if dt > 0.0 else 0.0)
             else:
-                nt[j] = now + math.inf
-        first = min(nt)
-        if first < math.inf:
-            self.armed = first if first > now else now
+                t = math.inf
+            nt[j] = t
+            if t < rest:
+                rest = t
+        if rest < math.inf:
+            self.armed = rest if rest > now else now
             self.armed_eid = next(self.env._eid)
         return done
 
@@ -462,7 +473,7 @@ class _Slots:
     core-time are integrated over the measurement window as the calls are placed; measured calls' waits are kept.
     The placement itself is inlined in `_Run._go`."""
 
-    __slots__ = ("spec", "slots", "free", "area_cores", "area_slots", "w0", "w1", "calls", "wait_sum", "waits")
+    __slots__ = ("spec", "slots", "free", "area_cores", "area_slots", "w0", "w1", "wait_sum", "waits")
 
     def __init__(self, spec: QueueSpec, w0: float, w1: float):
         self.spec = spec
@@ -470,7 +481,6 @@ class _Slots:
         self.free = [0.0] * self.slots  # a heap of the times each slot frees
         self.area_cores = self.area_slots = 0.0
         self.w0, self.w1 = w0, w1
-        self.calls = 0
         self.wait_sum = 0.0
         self.waits: list[float] = []
 
@@ -750,9 +760,12 @@ class _Run:
         for block in cls.blocks:
             if len(block) == 1:
                 seq.extend([ops[block[0]]] * counts[block[0]])
-            else:
-                nmax = max(counts[i] for i in block)
-                seq.extend(ops[i] for t in range(nmax) for i in block if counts[i] > t)
+            else:  # turns interleaved: whole turns while every stage of the block still runs, then the rest
+                cs = [counts[i] for i in block]
+                nmin, nmax = min(cs), max(cs)
+                if nmin:
+                    seq.extend([ops[i] for i in block] * nmin)
+                seq.extend(ops[i] for t in range(nmin, nmax) for i in block if counts[i] > t)
         task.seq = seq
         if self.recorder is not None:
             self.task_seq += 1
@@ -830,17 +843,19 @@ class _Run:
         cancel.check()
 
     def _run_to(self, until: float, start: _Task | None = None) -> None:
-        """SimPy's `env.run(until=until)`, done here: pop the calendar's events in SimPy's order (time, priority,
-        event id), take the GPU pool's next completion when it comes first, and run each task's stages inline.
-        With `start`, run only that task's stages at the current time (a task that starts, `_go`) and return.
+        """SimPy's `env.run(until=until)`, done here: take the next of the tasks' calendar (`tq`), the GPU pool's
+        next completion and SimPy's calendar, in SimPy's order (time, priority, event id), and run each task's
+        stages inline. With `start`, run only that task's stages at the current time (a task that starts, `_go`)
+        and return.
 
         A task runs from where it is, at the current time: delays add up, a slot station places the call at once;
         the task goes back on the calendar when its next station arrival (or its end) is later than now, and waits
         in the GPU pool for a model call. (The hot loop of the engine: locals, no calls in the common path; the GPU
-        pool's submit and SimPy's `schedule` are done inline.)"""
+        pool's submit is inline. SimPy's `now` is set only before code that reads it: callbacks, a task's end, the
+        guard, and at the end.)"""
         env = self.env
+        now = env._now
         if start is None:
-            now = env._now
             if until <= now:
                 return
             stop = now + (until - now)  # the time SimPy's own `until` event would be filed under
@@ -851,18 +866,24 @@ class _Run:
         pool = self.gpu if self.gpu is not None else _NO_GPU
         fire = pool.fire
         single = pool.single
+        if single:
+            loads0, reps0 = pool.loads[0], pool.by_sku[0]
+            cap0 = reps0[0].cap
+        nt = pool.nt
         ctx = self.ctx
         rec = self.recorder
+        w0, w1 = self.w0, self.w1  # every slot station integrates over the run's window
         eids = env._eid
-        push, pop = heapq.heappush, heapq.heappop
+        push, pop, replace = heapq.heappush, heapq.heappop, heapq.heapreplace
         done: list = []
         di = dn = 0
         guard = GUARD_EVERY_EVENTS
         task = start
         completed = False
+        top = False  # the woken task's time is still at the top of `tq` (popped, or replaced when it is filed again)
         while True:
             if task is not None:  # `start`
-                now = env._now
+                pass
             elif di < dn:  # a task whose model call completed at this `now`
                 task = done[di]
                 di += 1
@@ -871,6 +892,7 @@ class _Run:
                 guard -= 1
                 if not guard:
                     guard = GUARD_EVERY_EVENTS
+                    env._now = now
                     self._check_limits()
                 # the next of: a task's wake (tq), the GPU pool's completion, an event on SimPy's calendar
                 tt = tq[0]
@@ -887,22 +909,23 @@ class _Run:
                     which = self._first(t) if t < stop else 0
                 if t >= stop:
                     break
-                env._now = now = t
+                now = t
                 if which == 1:
                     done = fire(now)
                     di, dn = 0, len(done)
                     continue
                 if which == 2:
+                    env._now = now
                     ev = pop(q)[3]
                     cbs = ev.callbacks
                     ev.callbacks = None
                     for cb in cbs:
                         cb(ev)
                     continue
-                pop(tq)
                 task = tw.pop(t)
                 if task.__class__ is not _Task:
                     task = self._unchain(t, task)
+                top = True
             # ---- the task's stages from where it is, at `now`
             seq, pos = task.seq, task.pos
             times, waits = ctx[task.ci]
@@ -937,15 +960,14 @@ class _Run:
                     # the GPU pool's submit: the least-loaded replica of the SKU where the call would progress
                     # fastest now, or the pool's FIFO when every replica is at its batch limit
                     if single:
-                        loads = pool.loads[0]
-                        m = min(loads)
-                        rep = pool.by_sku[0][0]
-                        if m >= rep.cap:
+                        m = min(loads0)
+                        if m >= cap0:
                             pool.wait.append((station, x, task))
                             break
-                        rep = pool.by_sku[0][loads.index(m)]
+                        loads = loads0
+                        rep = reps0[loads0.index(m)]
                     else:
-                        best_k, best_t = -1, math.inf
+                        best_k, best_t = -1, inf
                         for k, loads in enumerate(pool.loads):
                             m = min(loads)
                             r = pool.by_sku[k][0]
@@ -977,7 +999,7 @@ class _Run:
                     push(heap, (v + station[rep.sku] * x, rep.seq, task))
                     dt = (heap[0][0] - v) * (rep.l0 + (n - 1) * rep.d) / rep.speed
                     tk = now + (dt if dt > 0.0 else 0.0)
-                    pool.nt[rep.idx] = tk
+                    nt[rep.idx] = tk
                     if tk < pool.armed:
                         pool.armed = tk
                         pool.armed_eid = next(eids)
@@ -989,42 +1011,39 @@ class _Run:
                     if st < now:
                         st = now
                     t = st + x
-                    heapreplace(free, t)
-                    if t > station.w0 and st < station.w1:  # busy time, clipped to the window
-                        held = (t if t < station.w1 else station.w1) - (st if st > station.w0 else station.w0)
+                    replace(free, t)
+                    if t > w0 and st < w1:  # busy time, clipped to the window
+                        held = (t if t < w1 else w1) - (st if st > w0 else w0)
                         station.area_slots += held
                         station.area_cores += held * par
                     if measured:
                         w = st - now
                         waits[i] += w
                         times[i] += t - now
-                        station.calls += 1
                         station.wait_sum += w
                         station.waits.append(w)
                     if rec is not None:
                         rec(task.tid, task.cls, task.cls.stages[i], st, t, None)
                 pos += 1
-            else:  # no model call: on the calendar at the next station arrival, or the end
-                task.pos = pos
-                if t > now:
-                    task.eid = next(eids)
-                    o = setd(t, task)
-                    if o is not task:
-                        self._chain(t, o, task)
-                    push(tq, t)
-                else:
-                    self._finish(task)
-                if start is not None:
-                    return
-                task = None
-                continue
-            if t > now:  # stopped before a station arrival later than now (else it is in the GPU pool, t = now)
+            if t > now:  # on the calendar at its next station arrival (or its end)
                 task.pos = pos
                 task.eid = next(eids)
                 o = setd(t, task)
                 if o is not task:
                     self._chain(t, o, task)
-                push(tq, t)
+                if top:
+                    replace(tq, t)
+                    top = False
+                else:
+                    push(tq, t)
+            else:
+                if top:
+                    pop(tq)
+                    top = False
+                if pos == end:  # its end (else it is in the GPU pool)
+                    task.pos = pos
+                    env._now = now
+                    self._finish(task)
             if start is not None:
                 return
             task = None
@@ -1101,12 +1120,12 @@ class _Run:
             if q.spec.slots > 0 and any(s.queue == n for c in m.classes for s in c.stages):
                 util[f"cpu:{n}"] = q1[n][0] / (q.spec.cores * D) if q.spec.cores else 0.0
                 util[f"cpu_slots:{n}"] = q1[n][1] / (q.spec.slots * D)
-                r.setdefault("tool_wait_mean_s", {})[n] = q.wait_sum / q.calls if q.calls else 0.0
+                r.setdefault("tool_wait_mean_s", {})[n] = q.wait_sum / len(q.waits) if q.waits else 0.0
                 r.setdefault("tool_wait_p95_s", {})[n] = float(np.quantile(q.waits, TOOL_WAIT_QUANTILE)) \
-                    if q.calls else 0.0
+                    if q.waits else 0.0
         for n, q in self.io.items():
             util[f"io:{n}"] = io1[n][1] / (q.spec.slots * D)
-            r.setdefault("io_wait_mean_s", {})[n] = q.wait_sum / q.calls if q.calls else 0.0
+            r.setdefault("io_wait_mean_s", {})[n] = q.wait_sum / len(q.waits) if q.waits else 0.0
         r["utilization"] = util
         tt = np.asarray(self.task_times)
         r["tasks_measured"] = int(tt.size)
