@@ -47,16 +47,24 @@ Sandbox memory (optional, on by default)
     Sandbox disk (sandbox_disk_gb against the queue's share of local NVMe) is held the same way.
 
 Engine
-    SimPy's environment is the calendar; a task is its own calendar event (at most one pending) and runs its stages
-    from one station arrival to the next: delays add up without an event, a tool or I/O call is placed on arrival
-    (a FIFO pool of identical slots: the call starts when the earliest slot frees, Kiefer-Wolfowitz, so it needs no
-    event of its own), and the GPU pool keeps one timer for its earliest completion. That leaves about three
-    calendar events per agent turn (the model call's completion, the tool call's end, the next model call's
-    arrival): each is an arrival at a queueing station and must be taken in time order, so the remaining cost is
-    Python's per-event work, of which SimPy's own step is about a seventh (measured with cProfile on the hybrid
-    example). The previous engine (a process per task, an event per call) is kept in bench/reference_sim.py to
-    measure this one against (`python bench/bench_sim.py`). Replications are independent, each with its own seed,
-    and run in worker processes when `SimSettings.workers` > 1 (the figures do not change).
+    A task runs its stages from one station arrival to the next: delays add up without an event, a tool or I/O
+    call is placed on arrival (a FIFO pool of identical slots: the call starts when the earliest slot frees,
+    Kiefer-Wolfowitz, so it needs no event of its own), and the GPU pool keeps the time of its earliest
+    completion. That leaves three events per agent turn (the model call's completion, the tool call's end, the next
+    model call's arrival): each is an arrival at a queueing station and must be taken in time order (the order
+    also decides which task takes which buffered random draw), so the cost is Python's work per event. The run loop
+    (`_Run._run_to`) is written for that: it takes the next of three sources in SimPy's order (time, priority,
+    event id), runs the task's stages inline (the GPU pool's submit included) and calls no SimPy code per event.
+    The sources: the tasks' own calendar, a heap of float wake times with the tasks in a dict (a float heap's
+    pop + push costs 0.40 us against 1.16 us for SimPy's (time, priority, id, event) tuples at the hybrid example's
+    ~3,000 pending wakes, about 1.6 million times per replication; a wake carries an event id drawn from SimPy's
+    counter, so ties keep SimPy's order); the GPU pool's next completion (no timer events); and SimPy's environment
+    itself, which stays the calendar of everything else (open arrivals, `env.timeout` callbacks) and keeps `now`.
+    For a given seed the figures are those of the previous run loop (SimPy's `env.run` over one calendar), bit for
+    bit (tests/test_simulation.py pins a model with same-time events). The previous engine (a process per task, an
+    event per call) is kept in bench/reference_sim.py to measure this one against (`python bench/bench_sim.py`).
+    Replications are independent, each with its own seed, and run in worker processes when `SimSettings.workers`
+    > 1 (the figures do not change).
 
 Start
     Open arrivals start from an empty rack. A closed loop starts near its steady state: an agent's first task is of
@@ -306,12 +314,14 @@ def build_model(config: Configuration, workload: Workload, catalog: Catalog,
 
 
 # ----------------------------------------------------------------------------------------------------- resources
-# The engine keeps SimPy's environment as its calendar (env.schedule / env.run) but schedules few, light events:
-# a task is a state machine scheduled as its own event (no generator process), a FIFO slot station computes each
-# call's start and end when the call arrives (no event of its own), a delay only moves the time the next station
-# sees the task, and a GPU replica keeps one armed timer that a change moves only when the next completion comes
-# earlier. Events left per task: one per arrival at a station whose time is not now, one per GPU completion (plus
-# an early timer after an arrival slows a replica) and one at the task's end.
+# The engine schedules few, light events and runs them in its own loop (`_Run._run_to`) rather than SimPy's
+# env.run: a task is a state machine filed by its wake time on the run's float-keyed task calendar (no generator
+# process, no SimPy event), a FIFO slot station computes each call's start and end when the call arrives (no event
+# of its own), a delay only moves the time the next station sees the task, and the GPU pool holds the time of its
+# next completion, which the loop compares with the calendars' heads (a change moves it only when the next
+# completion comes earlier; an early one completes nothing and moves on). Events left per task: one per arrival at
+# a station whose time is not now, one per GPU completion (plus an early one after an arrival slows a replica) and
+# one at the task's end. SimPy's environment keeps the rest (arrivals, timeouts) and the current time.
 
 class _Replica:
     """Processor sharing with a load-dependent rate: b calls each progress at speed / (L0 + (b - 1) d) work/s.
@@ -554,8 +564,8 @@ class _Draws:
 
 
 class _Task:
-    """One task: its class, arrival, the stage indices it runs in order (turns interleaved) and where it is. It is
-    scheduled on SimPy's calendar as its own event (at most one pending at a time)."""
+    """One task: its class, arrival, the stages it runs in order (turns interleaved; each an op tuple of `_Run.ops`)
+    and where it is. It is filed on the run's task calendar by its next wake time (at most one pending at a time)."""
 
     __slots__ = ("ci", "cls", "t_arr", "measured", "phase", "seq", "pos", "t_gpu", "g", "tid", "eid")
 
