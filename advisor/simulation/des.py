@@ -468,7 +468,8 @@ class _NoGpu:
 
     armed = math.inf
     armed_eid = 0
-    single = True
+    single = False
+    nt: list = []
 
     def fire(self, now: float) -> list:
         return []
