@@ -8,8 +8,9 @@ Engine: one replication of each example configuration at the closed form's arriv
 `--window` simulated seconds after the default warm-up), on
   previous  bench/reference_sim.py: the engine of bb2e1cb (a SimPy process per task, a timeout per tool call and
             delay, a new timer per GPU replica change)
-  current   advisor.simulation.des: tasks as their own calendar events, FIFO slot stations placed on arrival, one
-            GPU pool timer
+  current   advisor.simulation.des: tasks filed by wake time on a float-keyed calendar beside SimPy's, FIFO slot
+            stations placed on arrival, the GPU pool's next completion held beside the calendars, one run loop
+            with each task's stages inline
 Times are CPU seconds of this process (time.process_time; the engines are single-threaded), medians over
 `--repeats`; the ratio is previous / current. Both run the same model and settings; the figures (throughput, p95
 task time, GPU utilization) are printed beside the closed form's so that the accuracy can be compared.

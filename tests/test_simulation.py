@@ -14,6 +14,7 @@ from advisor.catalog import load_workload
 from advisor.errors import InputError
 from advisor.simulation.des import (
     CPU,
+    IO,
     DELAY,
     GPU,
     ClassSpec,
@@ -493,3 +494,27 @@ def test_sandbox_limited_closed_loop_matches_simulation(builtin):
     # (the headline, docs/model.md 5.3) must not exceed what it sustains by more than 5% (issue #17 item 3)
     headline = closed_form_at(cfg, wl, rack, builtin).throughput_tasks_per_hour
     assert headline <= 1.05 * sim["throughput_tasks_per_hour"]["mean"]
+
+
+def test_engine_figures_are_pinned():
+    """The engine's event order is part of its results: for a fixed seed the figures are exactly those of the engine
+    at b81f162 (SimPy's env.run over one calendar of tuples). This model makes same-time events on purpose (constant
+    delays, tool and model calls; tasks admitted together when a larger sandbox frees), so the tie order between a
+    task's wake, a GPU completion and SimPy's own events, and between tasks waking at the very same time, matters;
+    two SKUs with small batch limits exercise the pool's choice of replica and its FIFO."""
+    a = [StageSpec("a/w", "w", DELAY, 1, 0, 0.0, mean_s=1.0), StageSpec("a/g", "g", GPU, 2, 0, 0.0, rel=[1.0, 0.8]),
+         StageSpec("a/t", "t", CPU, 2, 0, 0.0, mean_s=2.0, queue="q")]
+    b = [StageSpec("b/w", "w", DELAY, 1, 0, 0.0, mean_s=1.0), StageSpec("b/g", "g", GPU, 3, 0.5, 0.5, rel=[0.5, 0.4]),
+         StageSpec("b/t", "t", CPU, 3, 0.5, 1.0, mean_s=1.0, queue="q"),
+         StageSpec("b/i", "i", IO, 1, 0, 0.0, mean_s=0.5, queue="q")]
+    model = SimModel([ClassSpec("a", 0.5, 2.0, "q", a, _blocks(a)), ClassSpec("b", 0.5, 1.0, "q", b, _blocks(b))],
+                     [SkuSpec("g", 1, 1.0, 0.0, 3, 1.0, 1.0, 1, 1), SkuSpec("h", 1, 1.2, 0.1, 2, 1.0, 1.0, 1, 1)],
+                     {"q": QueueSpec("q", 6, 1.0, 3, 1.0, 6.0, 0.0, 2)}, "pin", "pin")
+    res = simulate_model(model, SimSettings(agents=12, duration_s=400, warmup_s=20, replications=2, seed=7))
+    assert res["tasks_measured"] == 453
+    assert res["throughput_tasks_per_hour"]["mean"] == 2038.5
+    assert res["mean_task_seconds"]["mean"] == 21.31506192575906
+    assert res["p95_task_seconds"]["mean"] == 26.671876390122303
+    assert res["gpu_mean_call_s"]["mean"] == 0.6951952562110926
+    assert res["tool_wait_mean_s"]["q"]["mean"] == 0.07222443116995779
+    assert res["utilization"]["gpu"]["mean"] == 0.2167479553181771

@@ -47,16 +47,24 @@ Sandbox memory (optional, on by default)
     Sandbox disk (sandbox_disk_gb against the queue's share of local NVMe) is held the same way.
 
 Engine
-    SimPy's environment is the calendar; a task is its own calendar event (at most one pending) and runs its stages
-    from one station arrival to the next: delays add up without an event, a tool or I/O call is placed on arrival
-    (a FIFO pool of identical slots: the call starts when the earliest slot frees, Kiefer-Wolfowitz, so it needs no
-    event of its own), and the GPU pool keeps one timer for its earliest completion. That leaves about three
-    calendar events per agent turn (the model call's completion, the tool call's end, the next model call's
-    arrival): each is an arrival at a queueing station and must be taken in time order, so the remaining cost is
-    Python's per-event work, of which SimPy's own step is about a seventh (measured with cProfile on the hybrid
-    example). The previous engine (a process per task, an event per call) is kept in bench/reference_sim.py to
-    measure this one against (`python bench/bench_sim.py`). Replications are independent, each with its own seed,
-    and run in worker processes when `SimSettings.workers` > 1 (the figures do not change).
+    A task runs its stages from one station arrival to the next: delays add up without an event, a tool or I/O
+    call is placed on arrival (a FIFO pool of identical slots: the call starts when the earliest slot frees,
+    Kiefer-Wolfowitz, so it needs no event of its own), and the GPU pool keeps the time of its earliest
+    completion. That leaves three events per agent turn (the model call's completion, the tool call's end, the next
+    model call's arrival): each is an arrival at a queueing station and must be taken in time order (the order
+    also decides which task takes which buffered random draw), so the cost is Python's work per event. The run loop
+    (`_Run._run_to`) is written for that: it takes the next of three sources in SimPy's order (time, priority,
+    event id), runs the task's stages inline (the GPU pool's submit included) and calls no SimPy code per event.
+    The sources: the tasks' own calendar, a heap of float wake times with the tasks in a dict (a float heap's
+    pop + push costs 0.40 us against 1.16 us for SimPy's (time, priority, id, event) tuples at the hybrid example's
+    ~3,000 pending wakes, about 1.6 million times per replication; a wake carries an event id drawn from SimPy's
+    counter, so ties keep SimPy's order); the GPU pool's next completion (no timer events); and SimPy's environment
+    itself, which stays the calendar of everything else (open arrivals, `env.timeout` callbacks) and keeps `now`.
+    For a given seed the figures are those of the previous run loop (SimPy's `env.run` over one calendar), bit for
+    bit (tests/test_simulation.py pins a model with same-time events). The previous engine (a process per task, an
+    event per call) is kept in bench/reference_sim.py to measure this one against (`python bench/bench_sim.py`).
+    Replications are independent, each with its own seed, and run in worker processes when `SimSettings.workers`
+    > 1 (the figures do not change).
 
 Start
     Open arrivals start from an empty rack. A closed loop starts near its steady state: an agent's first task is of
@@ -79,7 +87,6 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from heapq import heapreplace
 import math
 import time
 from collections import deque
@@ -106,9 +113,12 @@ GPU, CPU, DELAY, IO = 0, 1, 2, 3
 KIND_NAME = {GPU: "gpu", CPU: "cpu", DELAY: "delay", IO: "io"}
 
 
+GUARD_EVERY_EVENTS = 256
+"""The wall-clock limit and cancellation are checked every this many events of the run loop (`_Run._run_to`): a
+guard in simulated time alone can be hours of wall clock apart when the window is long (checking costs about a
+microsecond)."""
 GUARD_EVERY_STAGES = 256
-"""The wall-clock limit and cancellation are also checked every this many simulated stages: a guard in simulated
-time alone can be hours of wall clock apart when the window is long (checking costs about a microsecond)."""
+"""The same every this many simulated stages, in the previous engine (bench/reference_sim.py)."""
 
 
 class WallClockExceeded(Exception):
@@ -304,34 +314,27 @@ def build_model(config: Configuration, workload: Workload, catalog: Catalog,
 
 
 # ----------------------------------------------------------------------------------------------------- resources
-# The engine keeps SimPy's environment as its calendar (env.schedule / env.run) but schedules few, light events:
-# a task is a state machine scheduled as its own event (no generator process), a FIFO slot station computes each
-# call's start and end when the call arrives (no event of its own), a delay only moves the time the next station
-# sees the task, and a GPU replica keeps one armed timer that a change moves only when the next completion comes
-# earlier. Events left per task: one per arrival at a station whose time is not now, one per GPU completion (plus
-# an early timer after an arrival slows a replica) and one at the task's end.
-
-class _Timer:
-    """The GPU pool's completion timer on SimPy's calendar (the attributes SimPy's step reads)."""
-
-    __slots__ = ("callbacks",)
-    _ok = True
-    _value = None
-
-    def __init__(self, callbacks):
-        self.callbacks = callbacks
-
+# The engine schedules few, light events and runs them in its own loop (`_Run._run_to`) rather than SimPy's
+# env.run: a task is a state machine filed by its wake time on the run's float-keyed task calendar (no generator
+# process, no SimPy event), a FIFO slot station computes each call's start and end when the call arrives (no event
+# of its own), a delay only moves the time the next station sees the task, and the GPU pool holds the time of its
+# next completion, which the loop compares with the calendars' heads (a change moves it only when the next
+# completion comes earlier; an early one completes nothing and moves on). Events left per task: one per arrival at
+# a station whose time is not now, one per GPU completion (plus an early one after an arrival slows a replica) and
+# one at the task's end. SimPy's environment keeps the rest (arrivals, timeouts) and the current time.
 
 class _Replica:
     """Processor sharing with a load-dependent rate: b calls each progress at speed / (L0 + (b - 1) d) work/s.
     Work is tracked in virtual time v (work each present call has received); a call leaves when v reaches its
-    finish tag."""
+    finish tag. (Its arithmetic is inlined where the pool changes it: the submit in `_Run._go` and `_GpuPool.fire`.)"""
 
-    __slots__ = ("idx", "sku", "l0", "d", "cap", "speed", "n", "v", "last", "heap", "seq", "area_n", "area_work",
+    __slots__ = ("idx", "pos", "sku", "l0", "d", "cap", "speed", "n", "v", "last", "heap", "seq", "area_n", "area_work",
                  "area_empty", "max_rate")
 
     def __init__(self, idx: int, sku: int, spec: SkuSpec):
         self.idx, self.sku = idx, sku
+        self.pos = 0
+        """Its place among its SKU's replicas."""
         self.l0, self.d, self.cap, self.speed = spec.l0, spec.d, spec.batch_limit, spec.speed
         self.n = 0
         self.v = 0.0
@@ -354,115 +357,104 @@ class _Replica:
                 self.area_empty += dt
             self.last = now
 
-    def next_dt(self) -> float:
-        """Seconds to the next completion at the present load (inf when idle)."""
-        if not self.heap:
-            return math.inf
-        dt = (self.heap[0][0] - self.v) * (self.l0 + (self.n - 1) * self.d) / self.speed
-        return dt if dt > 0.0 else 0.0
-
 
 class _GpuPool:
-    """The replicas of every SKU, with one timer on the calendar for the pool's next completion. A change at one
-    replica moves the timer only when that replica's next completion becomes the pool's earliest; an arrival that
-    slows the earliest replica leaves the timer early, and it re-arms when it fires.
+    """The replicas of every SKU and the time of the pool's next completion (`armed`). That time is not an entry
+    on SimPy's calendar: the run loop (`_Run._run_to`) compares it with the calendar's head and calls `fire` when
+    it comes first. `armed_eid` is an event id drawn from SimPy's counter when it is set, so that a completion and
+    a calendar event at the very same time are taken in the order SimPy would take them.
 
     The replicas of a SKU are identical, so the fastest place for a call within a SKU is its least-loaded replica
     (the first of them): per SKU, a list of call counts answers with C-level `min` and `index` instead of a Python
     scan of every replica. The same for the pool's earliest completion over `nt`."""
 
-    def __init__(self, env, skus: list[SkuSpec], done: Callable):
+    def __init__(self, env, skus: list[SkuSpec]):
         self.env = env
         self.replicas = [_Replica(0, i, s) for i, s in enumerate(skus) for _ in range(s.replicas)]
         for j, r in enumerate(self.replicas):
             r.idx = j
         self.by_sku = [[r for r in self.replicas if r.sku == i] for i in range(len(skus))]
+        for reps in self.by_sku:
+            for p, r in enumerate(reps):
+                r.pos = p
+        self.single = len(skus) == 1
         self.loads = [[0] * len(reps) for reps in self.by_sku]
         """Calls held by each replica of each SKU (mirrors `_Replica.n`)."""
         self.nt = [math.inf] * len(self.replicas)
         """Each replica's next completion time at its present load."""
         self.armed = math.inf
-        """Time of the one timer that counts (others on the calendar are stale): at or before every next completion."""
+        """The pool's next completion: at or before every replica's (it can be early after an arrival slowed the
+        earliest replica; `fire` then completes nothing and moves it)."""
+        self.armed_eid = 0
         self.wait: deque = deque()
         self.max_rate = sum(r.max_rate for r in self.replicas)
-        self.done = done
-        self._cbs = [self._fire]
 
-    def _arm(self, now: float, t: float) -> None:
-        """Put the pool's timer on SimPy's calendar at t (SimPy's `schedule` with the absolute time, so `armed` is
-        the very float the event is filed under)."""
-        env = self.env
-        self.armed = t
-        heapq.heappush(env._queue, (t, 1, next(env._eid), _Timer(self._cbs)))
-
-    def submit(self, rel: list[float], g: float, task) -> None:
-        best_k, best_t = -1, math.inf
-        for k, loads in enumerate(self.loads):
-            m = min(loads)
-            r = self.by_sku[k][0]
-            if m < r.cap:
-                t = (r.l0 + m * r.d) / r.speed
-                if t < best_t:
-                    best_k, best_t = k, t
-        if best_k < 0:
-            self.wait.append((rel, g, task))
-            return
-        loads = self.loads[best_k]
-        pos = loads.index(min(loads))
-        rep = self.by_sku[best_k][pos]
-        now = self.env._now
-        rep.advance(now)
-        rep.n = n = rep.n + 1
-        loads[pos] = n
-        rep.seq += 1
-        heap = rep.heap
-        heapq.heappush(heap, (rep.v + rel[rep.sku] * g, rep.seq, task))
-        t = now + rep.next_dt()
-        self.nt[rep.idx] = t
-        if t < self.armed:
-            self._arm(now, t)
-
-    def _fire(self, timer: _Timer) -> None:
-        now = self.env._now
-        if now != self.armed:
-            return
+    def fire(self, now: float) -> list:
+        """Complete the calls due at `now` (the armed time), give freed room to waiting calls, set the next
+        completion; the tasks whose calls completed, in order."""
         self.armed = math.inf
         nt = self.nt
         due = now + 1e-9 * (1.0 + now)
-        due_js = []
         first = min(nt)
-        while first <= due:
-            j = nt.index(first)
-            nt[j] = math.inf
-            due_js.append(j)
-            first = min(nt)
-        due_js.sort()  # replicas in index order, as they take waiting calls
+        if first > due:  # early (an arrival slowed the replica it was set for): nothing completes
+            self.armed = first if first > now else now
+            self.armed_eid = next(self.env._eid)
+            return []
+        j = nt.index(first)
+        nt[j] = math.inf
+        rest = min(nt)
+        if rest <= due:  # more than one replica due: in index order, as they take waiting calls
+            due_js = [j]
+            while rest <= due:
+                j = nt.index(rest)
+                nt[j] = math.inf
+                due_js.append(j)
+                rest = min(nt)
+            due_js.sort()
+        else:
+            due_js = (j,)
         done = []
         wait = self.wait
         for j in due_js:
             rep = self.replicas[j]
-            rep.advance(now)
             n = rep.n
+            dt = now - rep.last
+            if dt > 0:
+                if n:
+                    r = rep.speed / (rep.l0 + (n - 1) * rep.d)
+                    rep.v += dt * r
+                    rep.area_n += dt * n
+                    rep.area_work += dt * n * r
+                else:
+                    rep.area_empty += dt
+                rep.last = now
             v = rep.v
-            tol = 1e-9 * (1.0 + abs(v))
+            lim = v + 1e-9 * (1.0 + abs(v))
             heap = rep.heap
-            while heap and heap[0][0] <= v + tol:
+            while heap and heap[0][0] <= lim:
                 done.append(heapq.heappop(heap)[2])
                 n -= 1
-            cap = rep.cap
-            while wait and n < cap:
-                rel, g, task = wait.popleft()
-                n += 1
-                rep.seq += 1
-                heapq.heappush(heap, (v + rel[rep.sku] * g, rep.seq, task))
+            if wait and n < rep.cap:
+                cap = rep.cap
+                while wait and n < cap:
+                    rel, g, task = wait.popleft()
+                    n += 1
+                    rep.seq += 1
+                    heapq.heappush(heap, (v + rel[rep.sku] * g, rep.seq, task))
             rep.n = n
-            self.loads[rep.sku][j - self.by_sku[rep.sku][0].idx] = n
-            nt[j] = now + rep.next_dt()
-        first = min(nt)
-        if first < math.inf:
-            self._arm(now, first if first > now else now)
-        for task in done:
-            self.done(task)
+            self.loads[rep.sku][rep.pos] = n
+            if heap:
+                dt = (heap[0][0] - v) * (rep.l0 + (n - 1) * rep.d) / rep.speed
+                t = now + (dt if dt > 0.0 else 0.0)
+            else:
+                t = math.inf
+            nt[j] = t
+            if t < rest:
+                rest = t
+        if rest < math.inf:
+            self.armed = rest if rest > now else now
+            self.armed_eid = next(self.env._eid)
+        return done
 
     def snapshot(self, now: float) -> tuple[float, float, float]:
         for r in self.replicas:
@@ -471,13 +463,28 @@ class _GpuPool:
                 sum(r.area_empty for r in self.replicas))
 
 
+class _NoGpu:
+    """The run loop's stand-in for the GPU pool of a model without one."""
+
+    armed = math.inf
+    armed_eid = 0
+    single = False
+    nt: list = []
+
+    def fire(self, now: float) -> list:
+        return []
+
+
+_NO_GPU = _NoGpu()
+
+
 class _Slots:
     """A FIFO pool of identical call slots. Calls are offered in time order, so each call's start is known when it
     arrives (Kiefer-Wolfowitz: the earliest time a slot frees, or now): no event of its own. Busy slot-time and
     core-time are integrated over the measurement window as the calls are placed; measured calls' waits are kept.
     The placement itself is inlined in `_Run._go`."""
 
-    __slots__ = ("spec", "slots", "free", "area_cores", "area_slots", "w0", "w1", "calls", "wait_sum", "waits")
+    __slots__ = ("spec", "slots", "free", "area_cores", "area_slots", "w0", "w1", "wait_sum", "waits")
 
     def __init__(self, spec: QueueSpec, w0: float, w1: float):
         self.spec = spec
@@ -485,7 +492,6 @@ class _Slots:
         self.free = [0.0] * self.slots  # a heap of the times each slot frees
         self.area_cores = self.area_slots = 0.0
         self.w0, self.w1 = w0, w1
-        self.calls = 0
         self.wait_sum = 0.0
         self.waits: list[float] = []
 
@@ -559,23 +565,24 @@ class _Draws:
 
 
 class _Task:
-    """One task: its class, arrival, the stage indices it runs in order (turns interleaved) and where it is. It is
-    scheduled on SimPy's calendar as its own event (at most one pending at a time)."""
+    """One task: its class, arrival, the stages it runs in order (turns interleaved; each an op tuple of `_Run.ops`)
+    and where it is. It is filed on the run's task calendar by its next wake time (at most one pending at a time)."""
 
-    __slots__ = ("callbacks", "ci", "cls", "t_arr", "measured", "phase", "seq", "pos", "in_gpu", "t_gpu", "g", "tid")
-    _ok = True
-    _value = None
+    __slots__ = ("ci", "cls", "t_arr", "measured", "phase", "seq", "pos", "t_gpu", "g", "tid", "eid")
 
     def __init__(self, ci: int, cls: ClassSpec, t_arr: float, measured: bool):
-        self.callbacks = None
         self.ci, self.cls, self.t_arr, self.measured = ci, cls, t_arr, measured
         self.phase = 0
         self.seq: list[int] = []
         self.pos = 0
-        self.in_gpu = False
-        """In the GPU pool: the next `_go` is the model call's completion."""
         self.t_gpu = self.g = 0.0
         self.tid = None
+        self.eid = 0
+        """The SimPy event id drawn when it was last filed on the run's task calendar."""
+
+
+class _Chain(deque):
+    """Tasks that wake at the very same time, in the order they were filed."""
 
 
 class _Arrivals:
@@ -656,7 +663,7 @@ class _Run:
         self.warm = st.warmup_s if st.warmup_s is not None else min(st.duration_s, max(3 * mix, 2 * max(ut.values())))
         self.w0, self.w1 = self.warm, self.warm + st.duration_s
         self.tmax = st.max_sim_s if st.max_sim_s is not None else self.w1 + 4 * st.duration_s
-        self.gpu = _GpuPool(self.env, model.skus, self._go) if model.skus else None
+        self.gpu = _GpuPool(self.env, model.skus) if model.skus else None
         self.queues = {n: _Slots(q, self.w0, self.w1) for n, q in model.queues.items()}
         self.io = {n: _Slots(QueueSpec(n, q.io_streams, 1.0, q.io_streams, 1.0, 0.0), self.w0, self.w1)
                    for n, q in model.queues.items() if q.io_streams > 0}
@@ -677,7 +684,10 @@ class _Run:
         self.cum = _cumulative([c.share for c in model.classes])
         self.recorder = recorder
         self.task_seq = 0
-        self._wake = [self._go]
+        self.tq: list[float] = [math.inf]
+        """The tasks' calendar: a heap of wake times (floats: cheaper to order than SimPy's entries), the task to
+        wake at each in `tw`; inf stays at the bottom so that it is never empty."""
+        self.tw: dict[float, _Task | _Chain] = {}
         self.rate_s = 0.0
         # statistics
         ncls = len(model.classes)
@@ -691,16 +701,15 @@ class _Run:
         self.measured_by_class = [0] * ncls
         # Per class and stage: (kind, station (a GPU stage's work per call by SKU), parallelism), its draws' (gamma
         # mean, cv) and its buffer of draws (a GPU call's draw is its work factor G, mean 1).
-        self.ops = [[(s.kind, s.rel if s.kind == GPU else self._station(s), s.parallelism if s.kind == CPU else 1.0)
-                     for s in c.stages] for c in model.classes]
         self.draw_par = [[(1.0 if s.kind == GPU else s.mean_s, s.cv) for s in c.stages] for c in model.classes]
         self.bufs = [[[] for _ in c.stages] for c in model.classes]
+        self.ops = [[(s.kind, s.rel if s.kind == GPU else self._station(s), s.parallelism if s.kind == CPU else 1.0,
+                      self.bufs[ci][i], i) for i, s in enumerate(c.stages)] for ci, c in enumerate(model.classes)]
+        self.ctx = [(self.stage_time[ci], self.stage_wait[ci]) for ci in range(len(model.classes))]
         self.gpu_calls = 0
         self.gpu_call_time = 0.0
         self.snap0 = self.snap1 = None
         self.truncated = False
-        self._stages = 0
-        self._guard_at = GUARD_EVERY_STAGES
         self.deadline = math.inf
 
     def _station(self, s: StageSpec) -> _Slots | None:
@@ -711,8 +720,8 @@ class _Run:
         return None
 
     def _refill(self, ci: int, i: int) -> float:
-        b = self.draw.block_of(*self.draw_par[ci][i])
-        self.bufs[ci][i] = b
+        b = self.bufs[ci][i]
+        b.extend(self.draw.block_of(*self.draw_par[ci][i]))
         return b.pop()
 
     # draws
@@ -757,104 +766,54 @@ class _Run:
                 return
         u = self.draw.uniform() if self.st.count_coupling == "comonotone" else None
         counts = [self._count(s, u) for s in cls.stages]
-        seq: list[int] = []
+        ops = self.ops[task.ci]
+        seq: list[tuple] = []
         for block in cls.blocks:
             if len(block) == 1:
-                seq.extend(block * counts[block[0]])
-            else:
-                nmax = max(counts[i] for i in block)
-                seq.extend(i for t in range(nmax) for i in block if counts[i] > t)
+                seq.extend([ops[block[0]]] * counts[block[0]])
+            else:  # turns interleaved: whole turns while every stage of the block still runs, then the rest
+                cs = [counts[i] for i in block]
+                nmin, nmax = min(cs), max(cs)
+                if nmin:
+                    seq.extend([ops[i] for i in block] * nmin)
+                seq.extend(ops[i] for t in range(nmin, nmax) for i in block if counts[i] > t)
         task.seq = seq
         if self.recorder is not None:
             self.task_seq += 1
             task.tid = self.task_seq
         self._go(task)
 
-    def _go(self, task: _Task) -> None:
-        """Run the task's stages from where it is, at the current time: delays add up, a slot station places the
-        call at once; the task goes back on the calendar when its next station arrival (or its end) is later than
-        now, and waits in the GPU pool for a model call. (The hot loop of the engine: locals, no calls but the
-        placement; SimPy's `now` and `schedule` are read and done inline, as SimPy's own step does.)"""
-        env = self.env
-        now = env._now
-        t = now
-        seq, pos, ci = task.seq, task.pos, task.ci
-        pos0 = pos
-        ops, bufs = self.ops[ci], self.bufs[ci]
-        times, waits = self.stage_time[ci], self.stage_wait[ci]
-        measured = task.measured
-        rec = self.recorder
-        if task.in_gpu:  # the model call at `pos` completes now (the GPU pool calls back here)
-            task.in_gpu = False
-            i = seq[pos]
-            if measured:
-                times[i] += now - task.t_gpu
-                self.gpu_calls += 1
-                self.gpu_call_time += now - task.t_gpu
-            if rec is not None:
-                rec(task.tid, task.cls, task.cls.stages[i], task.t_gpu, now, task.g)
-            pos += 1
-        end = len(seq)
-        while pos < end:
-            i = seq[pos]
-            kind, station, par = ops[i]
-            if kind != DELAY and t > now:
-                break
-            b = bufs[i]
-            x = b.pop() if b else self._refill(ci, i)
-            if kind == DELAY:
-                if measured:
-                    times[i] += x
-                if rec is not None:
-                    rec(task.tid, task.cls, task.cls.stages[i], t, t + x, None)
-                t += x
-            elif kind == GPU:
-                task.pos = pos
-                task.in_gpu = True
-                task.t_gpu = now
-                task.g = x
-                self.gpu.submit(station, x, task)
-                self._stages += pos - pos0 + 1
-                if self._stages >= self._guard_at:
-                    self._guard()
-                return
-            else:
-                # placed on arrival (Kiefer-Wolfowitz): the call starts when the earliest slot frees, or now
-                free = station.free
-                start = free[0]
-                if start < now:
-                    start = now
-                t = start + x
-                heapreplace(free, t)
-                if t > station.w0 and start < station.w1:  # busy time, clipped to the window
-                    held = (t if t < station.w1 else station.w1) - (start if start > station.w0 else station.w0)
-                    station.area_slots += held
-                    station.area_cores += held * par
-                if measured:
-                    w = start - now
-                    waits[i] += w
-                    times[i] += t - now
-                    station.calls += 1
-                    station.wait_sum += w
-                    station.waits.append(w)
-                if rec is not None:
-                    rec(task.tid, task.cls, task.cls.stages[i], start, t, None)
-            pos += 1
-        task.pos = pos
-        self._stages += pos - pos0
-        if self._stages >= self._guard_at:
-            self._guard()
-        if t > now:
-            task.callbacks = self._wake
-            heapq.heappush(env._queue, (t, 1, next(env._eid), task))
-            return
-        self._finish(task)
+    def _chain(self, t: float, first, task: _Task) -> None:
+        """A second task wakes at the very same time as one already filed: keep them in a chain, in order."""
+        if first.__class__ is _Chain:
+            first.append(task)
+        else:
+            self.tw[t] = _Chain((first, task))
 
-    def _guard(self) -> None:
-        """Called when `_stages` (counted in `_go`) reaches `_guard_at`: check the wall clock and cancellation, and
-        set the next check GUARD_EVERY_STAGES stages on."""
-        self._guard_at = self._stages + GUARD_EVERY_STAGES
-        self._check_limits()
+    def _unchain(self, t: float, chain: _Chain) -> _Task:
+        task = chain.popleft()
+        if chain:
+            self.tw[t] = chain
+        return task
+
+    def _first(self, t: float) -> int:
+        """Which of the wake (0), the GPU completion (1) and SimPy's head event (2) at the same time `t` comes
+        first: the one filed first, by SimPy's event ids (all at SimPy's normal priority but SimPy's own)."""
+        keys = []
+        if self.tq[0] == t:
+            w = self.tw[t]
+            keys.append((1, (w[0] if w.__class__ is _Chain else w).eid, 0))
+        if self.gpu is not None and self.gpu.armed == t:
+            keys.append((1, self.gpu.armed_eid, 1))
+        q = self.env._queue
+        if q and q[0][0] == t:
+            keys.append((q[0][1], q[0][2], 2))
+        return min(keys)[2]
+
+    def _go(self, task: _Task) -> None:
+        """Run a task that starts now (after its admission) up to its first wait: the run loop's own code for one
+        task (`_run_to`)."""
+        self._run_to(math.inf, task)
 
     def _finish(self, task: _Task) -> None:
         now = self.env.now
@@ -894,9 +853,212 @@ class _Run:
             raise WallClockExceeded()
         cancel.check()
 
-    def _run_to(self, until: float) -> None:
-        if until > self.env.now:
-            self.env.run(until=until)
+    def _run_to(self, until: float, start: _Task | None = None) -> None:
+        """SimPy's `env.run(until=until)`, done here: take the next of the tasks' calendar (`tq`), the GPU pool's
+        next completion and SimPy's calendar, in SimPy's order (time, priority, event id), and run each task's
+        stages inline. With `start`, run only that task's stages at the current time (a task that starts, `_go`)
+        and return.
+
+        A task runs from where it is, at the current time: delays add up, a slot station places the call at once;
+        the task goes back on the calendar when its next station arrival (or its end) is later than now, and waits
+        in the GPU pool for a model call. (The hot loop of the engine: locals, no calls in the common path; the GPU
+        pool's submit is inline. SimPy's `now` is set only before code that reads it: callbacks, a task's end, the
+        guard, and at the end.)"""
+        env = self.env
+        now = env._now
+        if start is None:
+            if until <= now:
+                return
+            stop = now + (until - now)  # the time SimPy's own `until` event would be filed under
+        q = env._queue
+        tq, tw = self.tq, self.tw
+        setd = tw.setdefault
+        inf = math.inf
+        pool = self.gpu if self.gpu is not None else _NO_GPU
+        fire = pool.fire
+        single = pool.single
+        if single:
+            loads0, reps0 = pool.loads[0], pool.by_sku[0]
+            cap0 = reps0[0].cap
+        nt = pool.nt
+        ctx = self.ctx
+        rec = self.recorder
+        w0, w1 = self.w0, self.w1  # every slot station integrates over the run's window
+        eids = env._eid
+        push, pop, replace = heapq.heappush, heapq.heappop, heapq.heapreplace
+        done: list = []
+        di = dn = 0
+        guard = GUARD_EVERY_EVENTS
+        task = start
+        completed = False
+        top = False  # the woken task's time is still at the top of `tq` (popped, or replaced when it is filed again)
+        while True:
+            if task is not None:  # `start`
+                pass
+            elif di < dn:  # a task whose model call completed at this `now`
+                task = done[di]
+                di += 1
+                completed = True
+            else:
+                guard -= 1
+                if not guard:
+                    guard = GUARD_EVERY_EVENTS
+                    env._now = now
+                    self._check_limits()
+                # the next of: a task's wake (tq), the GPU pool's completion, an event on SimPy's calendar
+                tt = tq[0]
+                armed = pool.armed
+                st = q[0][0] if q else inf
+                if tt < armed and tt < st:
+                    t, which = tt, 0
+                elif armed < tt and armed < st:
+                    t, which = armed, 1
+                elif st < tt and st < armed:
+                    t, which = st, 2
+                else:  # a tie (or nothing left)
+                    t = min(tt, armed, st)
+                    which = self._first(t) if t < stop else 0
+                if t >= stop:
+                    break
+                now = t
+                if which == 1:
+                    done = fire(now)
+                    di, dn = 0, len(done)
+                    continue
+                if which == 2:
+                    env._now = now
+                    ev = pop(q)[3]
+                    cbs = ev.callbacks
+                    ev.callbacks = None
+                    for cb in cbs:
+                        cb(ev)
+                    continue
+                task = tw.pop(t)
+                if task.__class__ is not _Task:
+                    task = self._unchain(t, task)
+                top = True
+            # ---- the task's stages from where it is, at `now`
+            seq, pos = task.seq, task.pos
+            times, waits = ctx[task.ci]
+            measured = task.measured
+            if completed:  # the model call at `pos` completes now
+                completed = False
+                i = seq[pos][4]
+                if measured:
+                    times[i] += now - task.t_gpu
+                    self.gpu_calls += 1
+                    self.gpu_call_time += now - task.t_gpu
+                if rec is not None:
+                    rec(task.tid, task.cls, task.cls.stages[i], task.t_gpu, now, task.g)
+                pos += 1
+            t = now
+            end = len(seq)
+            while pos < end:
+                kind, station, par, b, i = seq[pos]
+                if kind != DELAY and t > now:
+                    break
+                x = b.pop() if b else self._refill(task.ci, i)
+                if kind == DELAY:
+                    if measured:
+                        times[i] += x
+                    if rec is not None:
+                        rec(task.tid, task.cls, task.cls.stages[i], t, t + x, None)
+                    t += x
+                elif kind == GPU:
+                    task.pos = pos
+                    task.t_gpu = now
+                    task.g = x
+                    # the GPU pool's submit: the least-loaded replica of the SKU where the call would progress
+                    # fastest now, or the pool's FIFO when every replica is at its batch limit
+                    if single:
+                        m = min(loads0)
+                        if m >= cap0:
+                            pool.wait.append((station, x, task))
+                            break
+                        loads = loads0
+                        rep = reps0[loads0.index(m)]
+                    else:
+                        best_k, best_t = -1, inf
+                        for k, loads in enumerate(pool.loads):
+                            m = min(loads)
+                            r = pool.by_sku[k][0]
+                            if m < r.cap:
+                                tk = (r.l0 + m * r.d) / r.speed
+                                if tk < best_t:
+                                    best_k, best_t = k, tk
+                        if best_k < 0:
+                            pool.wait.append((station, x, task))
+                            break
+                        loads = pool.loads[best_k]
+                        rep = pool.by_sku[best_k][loads.index(min(loads))]
+                    n = rep.n
+                    dt = now - rep.last
+                    if dt > 0:
+                        if n:
+                            r = rep.speed / (rep.l0 + (n - 1) * rep.d)
+                            rep.v += dt * r
+                            rep.area_n += dt * n
+                            rep.area_work += dt * n * r
+                        else:
+                            rep.area_empty += dt
+                        rep.last = now
+                    rep.n = n = n + 1
+                    loads[rep.pos] = n
+                    rep.seq += 1
+                    heap = rep.heap
+                    v = rep.v
+                    push(heap, (v + station[rep.sku] * x, rep.seq, task))
+                    dt = (heap[0][0] - v) * (rep.l0 + (n - 1) * rep.d) / rep.speed
+                    tk = now + (dt if dt > 0.0 else 0.0)
+                    nt[rep.idx] = tk
+                    if tk < pool.armed:
+                        pool.armed = tk
+                        pool.armed_eid = next(eids)
+                    break
+                else:
+                    # placed on arrival (Kiefer-Wolfowitz): the call starts when the earliest slot frees, or now
+                    free = station.free
+                    st = free[0]
+                    if st < now:
+                        st = now
+                    t = st + x
+                    replace(free, t)
+                    if t > w0 and st < w1:  # busy time, clipped to the window
+                        held = (t if t < w1 else w1) - (st if st > w0 else w0)
+                        station.area_slots += held
+                        station.area_cores += held * par
+                    if measured:
+                        w = st - now
+                        waits[i] += w
+                        times[i] += t - now
+                        station.wait_sum += w
+                        station.waits.append(w)
+                    if rec is not None:
+                        rec(task.tid, task.cls, task.cls.stages[i], st, t, None)
+                pos += 1
+            if t > now:  # on the calendar at its next station arrival (or its end)
+                task.pos = pos
+                task.eid = next(eids)
+                o = setd(t, task)
+                if o is not task:
+                    self._chain(t, o, task)
+                if top:
+                    replace(tq, t)
+                    top = False
+                else:
+                    push(tq, t)
+            else:
+                if top:
+                    pop(tq)
+                    top = False
+                if pos == end:  # its end (else it is in the GPU pool)
+                    task.pos = pos
+                    env._now = now
+                    self._finish(task)
+            if start is not None:
+                return
+            task = None
+        env._now = stop
 
     def run(self) -> dict:
         st, env = self.st, self.env
@@ -969,12 +1131,12 @@ class _Run:
             if q.spec.slots > 0 and any(s.queue == n for c in m.classes for s in c.stages):
                 util[f"cpu:{n}"] = q1[n][0] / (q.spec.cores * D) if q.spec.cores else 0.0
                 util[f"cpu_slots:{n}"] = q1[n][1] / (q.spec.slots * D)
-                r.setdefault("tool_wait_mean_s", {})[n] = q.wait_sum / q.calls if q.calls else 0.0
+                r.setdefault("tool_wait_mean_s", {})[n] = q.wait_sum / len(q.waits) if q.waits else 0.0
                 r.setdefault("tool_wait_p95_s", {})[n] = float(np.quantile(q.waits, TOOL_WAIT_QUANTILE)) \
-                    if q.calls else 0.0
+                    if q.waits else 0.0
         for n, q in self.io.items():
             util[f"io:{n}"] = io1[n][1] / (q.spec.slots * D)
-            r.setdefault("io_wait_mean_s", {})[n] = q.wait_sum / q.calls if q.calls else 0.0
+            r.setdefault("io_wait_mean_s", {})[n] = q.wait_sum / len(q.waits) if q.waits else 0.0
         r["utilization"] = util
         tt = np.asarray(self.task_times)
         r["tasks_measured"] = int(tt.size)
