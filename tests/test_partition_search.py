@@ -25,6 +25,17 @@ def _first_stage_x(p, backend: str = "cbc") -> tuple[float, float | None, str]:
     return sol.values.get(b.x), _x_bound(sol, b, s), sol.status
 
 
+def _grid_hybrid(tool_share: float, time_limit_s: float) -> dict:
+    """The built-in batch grid's hybrid solve at one tool share (bench/bench_batch.py --builtin: swe-agent on
+    air-40kw, CBC), as the batch runs it; its row, checked free of errors."""
+    sc = scenarios_from_data({"workload": "swe-agent", "rack": "air-40kw", "solver": "cbc",
+                              "time_limit_s": time_limit_s, "grid": {"workload.tool_share": [tool_share]}})
+    r = resolve(sc[0])
+    out = solve_job(r.inputs("hybrid"), r.catalog_json)
+    assert out["error"] is None
+    return out
+
+
 @pytest.mark.parametrize("backend", ["cbc", "highs"])
 def test_the_relaxation_bound_cuts_off_no_curve_answer(backend):
     """With the cap at the curve-free relaxation's proven bound, the tail-wait-curve solve finds the same optimum as
@@ -58,11 +69,7 @@ def test_built_in_grid_hybrid_reaches_its_relaxation_bound():
     """Regression on the built-in batch grid (bench/bench_batch.py --builtin): swe-agent on air-40kw at tool share
     0.7857, hybrid, CBC. Its first partition's relaxed answer misses the tail-wait target; the curve solve, capped at
     the relaxation's bound, proves an answer that reaches that bound (it ran to its time limit without the cap)."""
-    sc = scenarios_from_data({"workload": "swe-agent", "rack": "air-40kw", "solver": "cbc", "time_limit_s": 60,
-                              "grid": {"workload.tool_share": [0.7857]}})
-    r = resolve(sc[0])
-    out = solve_job(r.inputs("hybrid"), r.catalog_json)
-    assert out["error"] is None
+    out = _grid_hybrid(0.7857, 60)
     assert out["status"] == "optimal"
     assert out["throughput"] == pytest.approx(3348.08, rel=1e-5)
 
@@ -171,10 +178,6 @@ def test_built_in_grid_hybrid_at_tool_share_0_9_is_labelled_by_its_bound():
     of a mix, and the relaxed bound (every core at the fastest speed) stays 1.0% above the answer, so the answer is
     `feasible` with that gap (the floor and cap let the partitions' curve solves finish: they ran the whole 30 s time
     limit before)."""
-    sc = scenarios_from_data({"workload": "swe-agent", "rack": "air-40kw", "solver": "cbc", "time_limit_s": 30,
-                              "grid": {"workload.tool_share": [0.9]}})
-    r = resolve(sc[0])
-    out = solve_job(r.inputs("hybrid"), r.catalog_json)
-    assert out["error"] is None
+    out = _grid_hybrid(0.9, 30)
     assert out["status"] == "feasible"
     assert out["throughput"] == pytest.approx(2824.465, rel=1e-5)

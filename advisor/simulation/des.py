@@ -418,7 +418,7 @@ class _GpuPool:
         for j in due_js:
             rep = self.replicas[j]
             n = rep.n
-            dt = now - rep.last
+            dt = now - rep.last  # `_Replica.advance`, inlined (once per GPU completion: the hot path)
             if dt > 0:
                 if n:
                     r = rep.speed / (rep.l0 + (n - 1) * rep.d)
@@ -992,7 +992,7 @@ class _Run:
                         loads = pool.loads[best_k]
                         rep = pool.by_sku[best_k][loads.index(min(loads))]
                     n = rep.n
-                    dt = now - rep.last
+                    dt = now - rep.last  # `_Replica.advance`, inlined (once per model call: the hot path)
                     if dt > 0:
                         if n:
                             r = rep.speed / (rep.l0 + (n - 1) * rep.d)
