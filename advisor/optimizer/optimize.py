@@ -1157,14 +1157,16 @@ def _has_sandboxes(p: Problem) -> bool:
 def _x_floor(sp: _SearchSpace, st: _PartitionState, best: _Candidate | None) -> float | None:
     """X's floor for a coupled solve of a partition (`Problem.x_floor`): the evaluated answer in hand, less the
     tie-break window and, with tail-wait curves, the secants' tolerance (by which the evaluator may rate servers
-    above the model's X). Throughput objective, one rack, an answer in hand and a solve past the relaxation only.
+    above the model's X). Throughput objective, one rack, an answer in hand and a solve past the relaxation only;
+    not layout A, whose GPU-first stage must rank every configuration (the floor, and the curve segments it cuts,
+    would narrow it: on interactive-rl-mix in air-40kw it picked fewer GPUs than the most the rack holds).
 
     Where the curves assume the slowest core speed of a mix, the model's X may fall further below what the
     evaluator gives a mix; a mix the floor cuts off then goes unseen, but the answer's label is read from the
     relaxations' bounds, so it never claims more than is proven."""
     if (sp.objective != "max_throughput" or sp.racks != 1 or st.iterations <= 1 or best is None
-            or best.key[0] <= 0):
-        return None
+            or best.key[0] <= 0 or sp.layout == "a"):
+        return None  # (layout A first maximizes GPU capacity over every configuration, which a floor would narrow)
     s = sp.settings
     tol = s.throughput_tie_tolerance + (s.slo_curve_tolerance if st.problem.slo_curves else 0.0)
     return best.key[0] * (1.0 - tol) - PROOF_SLACK * max(1.0, best.key[0])
