@@ -8,11 +8,14 @@ Engine: one replication of each example configuration at the closed form's arriv
 `--window` simulated seconds after the default warm-up), on
   previous  bench/reference_sim.py: the engine of bb2e1cb (a SimPy process per task, a timeout per tool call and
             delay, a new timer per GPU replica change)
-  current   advisor.simulation.des: tasks filed by wake time on a float-keyed calendar beside SimPy's, FIFO slot
-            stations placed on arrival, the GPU pool's next completion held beside the calendars, one run loop
-            with each task's stages inline
+  python    advisor.simulation.des._Run (SimSettings(engine="python")): tasks filed by wake time on a float-keyed
+            calendar beside SimPy's, FIFO slot stations placed on arrival, the GPU pool's next completion held
+            beside the calendars, one run loop with each task's stages inline
+  compiled  the default (SimSettings(engine="compiled")): the same run loop compiled with numba
+            (advisor/simulation/kernel.py), the same events and draws, so the same figures (the script checks it)
 Times are CPU seconds of this process (time.process_time; the engines are single-threaded), medians over
-`--repeats`; the ratio is previous / current. Both run the same model and settings; the figures (throughput, p95
+`--repeats`; the ratios are previous / compiled and python / compiled. The compiled loop is loaded (or compiled,
+the first time on a machine) before the clock starts; the load is printed on its own. The figures (throughput, p95
 task time, GPU utilization) are printed beside the closed form's so that the accuracy can be compared.
 
 Run: `--replications` replications of the hybrid example (`--run-window` seconds each), the previous engine
@@ -65,18 +68,34 @@ def _fig(res: dict, key: str) -> float | None:
     return v["mean"] if isinstance(v, dict) else v
 
 
-def engine(name: str, window_s: float, repeats: int) -> float:
+def _warm() -> float:
+    """Load the compiled loop (or compile it, the first time on a machine): CPU seconds."""
+    model, ev = _setup(HYBRID)
+    return _cpu(lambda: simulate_model(model, SimSettings(arrival_rate_per_hour=ev.arrival_rate_tasks_per_hour,
+                                                           duration_s=1.0, warmup_s=0.0, replications=1)))[0]
+
+
+def _figures(res: dict) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "wall_s"} for r in res["per_replication"]]
+
+
+def engine(name: str, window_s: float, repeats: int) -> tuple[float, float]:
     model, ev = _setup(name)
-    st = SimSettings(arrival_rate_per_hour=ev.arrival_rate_tasks_per_hour, duration_s=window_s, replications=1,
-                     seed=0, wall_clock_s=3600.0)
-    prev, cur = [], []
-    for _ in range(repeats):  # alternated, so that a noisy stretch of the machine hits both
-        t, rp = _cpu(lambda: simulate_reference(model, st))
+    st = dict(arrival_rate_per_hour=ev.arrival_rate_tasks_per_hour, duration_s=window_s, replications=1, seed=0,
+              wall_clock_s=3600.0)
+    prev, py, comp = [], [], []
+    for _ in range(repeats):  # alternated, so that a noisy stretch of the machine hits all three
+        t, rp = _cpu(lambda: simulate_reference(model, SimSettings(**st)))
         prev.append(t)
-        t, rc = _cpu(lambda: simulate_model(model, st))
-        cur.append(t)
-    mp, mc = statistics.median(prev), statistics.median(cur)
-    print(f"{name}: previous {mp:6.2f} s, current {mc:6.2f} s CPU (median of {repeats}): {mp / mc:.2f}x")
+        t, ry = _cpu(lambda: simulate_model(model, SimSettings(**st, engine="python")))
+        py.append(t)
+        t, rc = _cpu(lambda: simulate_model(model, SimSettings(**st)))
+        comp.append(t)
+        if _figures(ry) != _figures(rc):
+            raise SystemExit(f"{name}: the compiled loop's figures differ from the Python engine's")
+    mp, my, mc = statistics.median(prev), statistics.median(py), statistics.median(comp)
+    print(f"{name}: previous {mp:6.2f} s, python {my:6.2f} s, compiled {mc:6.2f} s CPU (median of {repeats}): "
+          f"previous / compiled {mp / mc:.1f}x, python / compiled {my / mc:.1f}x; python = compiled figures: yes")
     util = rc["utilization"].get("gpu", {}).get("mean")
     putil = rp["utilization"].get("gpu", {}).get("mean")
     print(f"    throughput tasks/h  closed form {ev.arrival_rate_tasks_per_hour:9,.0f}   previous "
@@ -86,7 +105,7 @@ def engine(name: str, window_s: float, repeats: int) -> float:
     if util is not None:
         print(f"    GPU utilization     closed form {ev.utilization['gpu']:9.3f}   previous {putil:9.3f}   "
               f"current {util:9.3f}")
-    return mp / mc
+    return mp / mc, my / mc
 
 
 def _ci(res: dict, key: str, fmt: str) -> str:
@@ -100,9 +119,10 @@ def run(window_s: float, replications: int, workers: int) -> None:
                 replications=replications, seed=0, wall_clock_s=3600.0)
     rows = []
     for label, fn in (("previous, serial", lambda: simulate_reference(model, SimSettings(**base))),
-                      ("current, serial", lambda: simulate_model(model, SimSettings(**base))),
-                      (f"current, {workers} processes", lambda: simulate_model(model, SimSettings(**base,
-                                                                                             workers=workers)))):
+                      ("python, serial", lambda: simulate_model(model, SimSettings(**base, engine="python"))),
+                      ("compiled, serial", lambda: simulate_model(model, SimSettings(**base))),
+                      (f"compiled, {workers} processes", lambda: simulate_model(model, SimSettings(**base,
+                                                                                              workers=workers)))):
         t = time.perf_counter()
         res = fn()
         rows.append((label, time.perf_counter() - t, res))
@@ -112,11 +132,10 @@ def run(window_s: float, replications: int, workers: int) -> None:
     for label, wall, res in rows:
         print(f"    {label:24s} {wall:7.1f} s wall ({prev_wall / wall:4.2f}x)   throughput "
               f"{_ci(res, 'throughput_tasks_per_hour', ',.0f')} tasks/h   p95 {_ci(res, 'p95_task_seconds', ',.1f')} s")
-    serial, parallel = ([{k: v for k, v in r.items() if k != "wall_s"} for r in res["per_replication"]]
-                        for _, _, res in rows[1:])
-    if serial != parallel:
-        raise SystemExit("the parallel run's figures differ from the serial run's")
-    print("    parallel figures identical to serial: yes")
+    python, serial, parallel = (_figures(res) for _, _, res in rows[1:])
+    if serial != parallel or python != serial:
+        raise SystemExit("the runs' figures differ (python, compiled serial, compiled parallel)")
+    print("    figures identical (python, compiled serial, compiled in processes): yes")
 
 
 def main() -> None:
@@ -130,9 +149,12 @@ def main() -> None:
     a = ap.parse_args()
     names = (HYBRID,) if a.quick else (HYBRID, *OTHERS)
     repeats = 1 if a.quick else a.repeats
+    print(f"compiled loop loaded in {_warm():.2f} CPU s (compiled the first time on a machine)")
     print(f"engine: one replication, {a.window:,.0f} s window, CPU seconds")
     ratios = [engine(n, a.window, repeats) for n in names]
-    print(f"engine ratio previous / current: median {statistics.median(ratios):.2f}x over {len(ratios)} configurations")
+    print(f"engine ratio previous / compiled: median {statistics.median(r[0] for r in ratios):.1f}x, "
+          f"python / compiled: median {statistics.median(r[1] for r in ratios):.1f}x over {len(ratios)} "
+          "configurations")
     run(a.run_window, a.replications, a.workers)
 
 

@@ -63,6 +63,11 @@ Engine
     For a given seed the figures are those of the previous run loop (SimPy's `env.run` over one calendar), bit for
     bit (tests/test_simulation.py pins a model with same-time events). The previous engine (a process per task, an
     event per call) is kept in bench/reference_sim.py to measure this one against (`python bench/bench_sim.py`).
+    By default the run loop runs compiled (`SimSettings.engine`, `_CompiledRun`: advisor/simulation/kernel.py
+    holds the same loop in numba, advisor/simulation/compiled.py its state in arrays): the same events, draws and
+    arithmetic, so the same figures for a seed (tests/test_sim_kernel.py checks it), without Python's work per
+    event, which was what was left. `_Run` stays the engine for runs with a trace recorder or comonotone
+    counts, where numba cannot be imported, and the oracle of the compiled loop.
     Replications are independent, each with its own seed, and run in worker processes when `SimSettings.workers`
     > 1 (the figures do not change).
 
@@ -621,6 +626,9 @@ class SimSettings:
     count_coupling: str = "independent"
     """`independent` or `comonotone` (see module docstring)."""
     keep_task_times: bool = False
+    engine: str = "compiled"
+    """`compiled` (advisor/simulation/kernel.py) or `python` (`_Run`): the same events and draws, so the same
+    figures for a seed; the Python engine also serves runs with a trace recorder or comonotone counts."""
     workers: int = 1
     """Processes the replications run in (at most one per replication). Results do not depend on it: each
     replication has its own seed from `seed`, so a parallel run gives the same figures as a serial one. Runs with a
@@ -1074,19 +1082,11 @@ class _Run:
                 # at 0, tasks of a low-variance class run in step and their load comes in waves for many cycles).
                 ut = unloaded_times(self.m)
                 weights = [c.share * ut[c.name] for c in self.m.classes]
-                cum = _cumulative(weights) if sum(weights) > 0 else self.cum
-                for _ in range(st.agents):
-                    ci = bisect.bisect_right(cum, self.draw.uniform())
-                    delay = self.draw.uniform() * ut[self.m.classes[ci].name]
-                    if delay > 0:
-                        env.timeout(delay).callbacks.append(lambda _ev, ci=ci: self._arrive(ci))
-                    else:
-                        self._arrive(ci)
+                self._start_closed(_cumulative(weights) if sum(weights) > 0 else self.cum,
+                                   [ut[c.name] for c in self.m.classes])
             elif st.arrival_rate_per_hour:
                 self.rate_s = st.arrival_rate_per_hour / HOUR_S
-                ev = _Arrivals()
-                self._arrival_cbs = ev.callbacks = [self._on_arrival]
-                env.schedule(ev, 1, self.draw.exponential(1.0 / self.rate_s))
+                self._start_open()
             else:
                 raise InputError("give agents or an arrival rate")
             self._run_to(min(self.w0, self.tmax))
@@ -1097,13 +1097,32 @@ class _Run:
                 self.snap1 = self._take()
             if st.drain:
                 step = max(st.duration_s / 20.0, 1.0)
-                while self.outstanding > 0 and env.now < self.tmax:
+                while self._pending() > 0 and env.now < self.tmax:
                     self._run_to(min(env.now + step, self.tmax))
         except WallClockExceeded:
             self.truncated = True
-        if self.outstanding > 0 and st.drain:
+        if self._pending() > 0 and st.drain:
             self.truncated = True
         return self._result(time.monotonic() - start)
+
+    def _pending(self) -> int:
+        """Measured tasks not yet finished."""
+        return self.outstanding
+
+    def _start_closed(self, cum: list[float], ut: list[float]) -> None:
+        """The agents' first tasks: class by `cum`, start uniform within the class's unloaded time `ut` (`run`)."""
+        for _ in range(self.st.agents):
+            ci = bisect.bisect_right(cum, self.draw.uniform())
+            delay = self.draw.uniform() * ut[ci]
+            if delay > 0:
+                self.env.timeout(delay).callbacks.append(lambda _ev, ci=ci: self._arrive(ci))
+            else:
+                self._arrive(ci)
+
+    def _start_open(self) -> None:
+        ev = _Arrivals()
+        self._arrival_cbs = ev.callbacks = [self._on_arrival]
+        self.env.schedule(ev, 1, self.draw.exponential(1.0 / self.rate_s))
 
     def _result(self, wall: float) -> dict:
         m, st = self.m, self.st
@@ -1197,9 +1216,52 @@ def summarize(reps: list[dict]) -> dict:
     return out
 
 
+class _CompiledRun(_Run):
+    """A replication whose events run on the compiled loop (advisor/simulation/kernel.py, its state built and read
+    back by advisor/simulation/compiled.py): this class's setup, start, measurement and result, the same figures
+    for a seed."""
+
+    def __init__(self, model: SimModel, st: SimSettings, seed):
+        from advisor.simulation.compiled import KernelState
+
+        super().__init__(model, st, seed, None)
+        self.kernel = KernelState(self)
+
+    def _pending(self) -> int:
+        return self.kernel.pending()
+
+    def _start_closed(self, cum: list[float], ut: list[float]) -> None:
+        self.kernel.start_closed(cum, ut)
+
+    def _start_open(self) -> None:
+        self.kernel.start_open(self.rate_s)
+
+    def _run_to(self, until: float, start: _Task | None = None) -> None:
+        self.kernel.run_to(until, self.env, self._check_limits)
+
+    def _take(self):
+        return self.kernel.take()
+
+    def _result(self, wall: float) -> dict:
+        self.kernel.collect()
+        return super()._result(wall)
+
+
+def _make_run(model: SimModel, settings: SimSettings, seed, recorder: Callable | None = None) -> _Run:
+    """The compiled run loop (advisor/simulation/kernel.py: the same engine, the same figures for a seed) unless the
+    run records traces, couples stage counts (`comonotone`: an inverse gamma the kernel does not carry), asks for
+    the Python engine, or numba cannot be imported."""
+    if recorder is None and settings.count_coupling == "independent" and settings.engine == "compiled":
+        try:
+            return _CompiledRun(model, settings, seed)
+        except ImportError:  # numba missing or broken: the Python engine gives the same figures, slower
+            return _Run(model, settings, seed, recorder)
+    return _Run(model, settings, seed, recorder)
+
+
 def _replication(model: SimModel, settings: SimSettings, seed) -> dict:
     """One replication in a worker process (module level, so that it pickles)."""
-    return _Run(model, settings, seed).run()
+    return _make_run(model, settings, seed).run()
 
 
 def simulate_model(model: SimModel, settings: SimSettings, recorder: Callable | None = None) -> dict:
@@ -1210,6 +1272,8 @@ def simulate_model(model: SimModel, settings: SimSettings, recorder: Callable | 
         raise InputError("give exactly one of agents or arrival_rate_per_hour")
     if settings.workers < 1:
         raise InputError("workers must be >= 1")
+    if settings.engine not in ("compiled", "python"):
+        raise InputError(f"engine must be 'compiled' or 'python', not {settings.engine!r}")
     started = time.monotonic()
     seeds = np.random.SeedSequence(settings.seed).spawn(settings.replications)
     workers = min(settings.workers, settings.replications)
@@ -1217,7 +1281,7 @@ def simulate_model(model: SimModel, settings: SimSettings, recorder: Callable | 
         with ProcessPoolExecutor(max_workers=workers) as ex:
             reps = list(ex.map(_replication, [model] * len(seeds), [settings] * len(seeds), seeds))
     else:
-        reps = [_Run(model, settings, s, recorder).run() for s in seeds]
+        reps = [_make_run(model, settings, s, recorder).run() for s in seeds]
     out = summarize(reps)
     out["elapsed_s"] = time.monotonic() - started  # wall clock of the whole run; `wall_s` sums the replications'
     out["settings"] = {k: getattr(settings, k) for k in settings.__dataclass_fields__}
