@@ -53,10 +53,13 @@ def simulate_cmd(
                                        "(default: one per replication, at most one per CPU core); the figures do "
                                        "not depend on it."),
     no_memory: bool = typer.Option(False, "--no-memory-limit", help="Do not limit live tasks by sandbox memory.", metavar=""),
+    engine: str = typer.Option("compiled", "--engine", help="compiled (default: the run loop compiled with numba, "
+                               "compiled once per machine) or python (the same loop on SimPy's calendar); the "
+                               "figures do not depend on it."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON.", metavar=""),
     catalog_dir: Path | None = CATALOG_OPT,
 ) -> None:
-    """Simulate a configuration (discrete-event, SimPy) and set it beside the closed form at the same operating point."""
+    """Simulate a configuration (discrete-event) and set it beside the closed form at the same operating point."""
     from advisor.catalog import load_configuration
     from advisor.service import resolve_inputs
     from advisor.simulation.des import SimSettings, auto_duration, build_model, closed_form_at, simulate_model
@@ -83,7 +86,7 @@ def simulate_cmd(
     dur = duration if duration is not None else auto_duration(rate, mean_t)
     st = SimSettings(agents=agents, arrival_rate_per_hour=None if agents else arrival_rate, duration_s=dur,
                      warmup_s=warmup, replications=replications, seed=seed, wall_clock_s=wall_clock,
-                     memory_limit=not no_memory,
+                     memory_limit=not no_memory, engine=engine,
                      workers=workers if workers is not None else max(1, min(replications, os.cpu_count() or 1)))
     try:
         res = simulate_model(model, st)

@@ -13,7 +13,7 @@ heaps, the FIFO slot stations' heaps of free times, the sandbox stores' FIFO que
 the same random draws in the same order from the same `numpy.random.Generator` (numba's scalar Generator methods
 give numpy's streams, and numpy's vector draws are those scalar draws in order; the buffers of 4,096 draws are
 refilled at the same points), the same float arithmetic in the same order. For a seed the figures are those of
-`des._Run`, bit for bit; tests/test_simulation.py checks it on models with ties, sandbox waits, several SKUs, open
+`des._Run`, bit for bit; tests/test_sim_kernel.py checks it on models with ties, sandbox waits, several SKUs, open
 and closed loops. `des._Run` stays the engine for runs with a trace recorder or comonotone stage counts, and
 wherever numba cannot be imported.
 
@@ -578,19 +578,6 @@ def _work(kind, x, now, F, I, rng, CI, CF, BI, SI, SF, st_rel, sbuf, sta_free, s
         kind, x = stack[0, top], stack[1, top]
 
 
-@jit
-def _drain(now, F, I, rng, CI, CF, BI, SI, SF, st_rel, sbuf, sta_free, sta_n, TF, sto_level, OI, sto_q, RF, RI, rh_tag,
-           rh_seq, rh_task, KI, pw_x, PW, XF, XI, tk_cnt, tk_bmax, free_stack, cal_t, CAL, stack, adm, STG, CLC,
-           task_times, task_class, waits_v, waits_s, DB, gbuf, gbuf_n, gbuf_k, cum):
-    """The work stack's items, if any (after a task ran and may have ended)."""
-    if I[I_STACK_N] > 0:
-        top = I[I_STACK_N] - 1
-        I[I_STACK_N] = top
-        _work(stack[0, top], stack[1, top], now, F, I, rng, CI, CF, BI, SI, SF, st_rel, sbuf, sta_free, sta_n, TF,
-              sto_level, OI, sto_q, RF, RI, rh_tag, rh_seq, rh_task, KI, pw_x, PW, XF, XI, tk_cnt, tk_bmax, free_stack,
-              cal_t, CAL, stack, adm, STG, CLC, task_times, task_class, waits_v, waits_s, DB, gbuf, gbuf_n, gbuf_k, cum)
-
-
 # ------------------------------------------------------------------------------------------------------ entry points
 @jit
 def start_closed(agents, cum0, ut, S):
@@ -608,9 +595,12 @@ def start_closed(agents, cum0, ut, S):
             I[I_EV_N] = _ev_push(ev_t, EV, I[I_EV_N], F[F_NOW] + delay, e, EV_START, c)
         else:
             _push_work(stack, I, W_ARRIVE, c)
-            _drain(F[F_NOW], F, I, rng, CI, CF, BI, SI, SF, st_rel, sbuf, sta_free, sta_n, TF, sto_level, OI, sto_q, RF,
-                   RI, rh_tag, rh_seq, rh_task, KI, pw_x, PW, XF, XI, tk_cnt, tk_bmax, free_stack, cal_t, CAL, stack,
-                   adm, STG, CLC, task_times, task_class, waits_v, waits_s, DB, gbuf, gbuf_n, gbuf_k, cum)
+            if I[I_STACK_N] > 0:  # the work stack's items (tasks admitted after a task's end, an agent's next task)
+                I[I_STACK_N] -= 1
+                _work(stack[0, I[I_STACK_N]], stack[1, I[I_STACK_N]], F[F_NOW], F, I, rng, CI, CF, BI, SI, SF, st_rel,
+                      sbuf, sta_free, sta_n, TF, sto_level, OI, sto_q, RF, RI, rh_tag, rh_seq, rh_task, KI, pw_x, PW,
+                      XF, XI, tk_cnt, tk_bmax, free_stack, cal_t, CAL, stack, adm, STG, CLC, task_times, task_class,
+                      waits_v, waits_s, DB, gbuf, gbuf_n, gbuf_k, cum)
 
 
 @jit
@@ -717,22 +707,31 @@ def run_to(stop, max_events, S):
                 _run_task(task, now, F, I, rng, CI, CF, BI, SI, SF, st_rel, sbuf, sta_free, sta_n, TF, sto_level, OI,
                           sto_q, RF, RI, rh_tag, rh_seq, rh_task, KI, pw_x, PW, XF, XI, tk_cnt, tk_bmax, free_stack,
                           cal_t, CAL, stack, adm, STG, CLC, task_times, task_class, waits_v, waits_s)
-                _drain(now, F, I, rng, CI, CF, BI, SI, SF, st_rel, sbuf, sta_free, sta_n, TF, sto_level, OI, sto_q, RF,
-                       RI, rh_tag, rh_seq, rh_task, KI, pw_x, PW, XF, XI, tk_cnt, tk_bmax, free_stack, cal_t, CAL,
-                       stack, adm, STG, CLC, task_times, task_class, waits_v, waits_s, DB, gbuf, gbuf_n, gbuf_k, cum)
+                if I[I_STACK_N] > 0:  # the work stack's items (tasks admitted after a task's end, an agent's next task)
+                    I[I_STACK_N] -= 1
+                    _work(stack[0, I[I_STACK_N]], stack[1, I[I_STACK_N]], now, F, I, rng, CI, CF, BI, SI, SF, st_rel,
+                          sbuf, sta_free, sta_n, TF, sto_level, OI, sto_q, RF, RI, rh_tag, rh_seq, rh_task, KI, pw_x,
+                          PW, XF, XI, tk_cnt, tk_bmax, free_stack, cal_t, CAL, stack, adm, STG, CLC, task_times,
+                          task_class, waits_v, waits_s, DB, gbuf, gbuf_n, gbuf_k, cum)
         elif which == 2:
             kind, c = EV[EV_KIND, 0], EV[EV_DATA, 0]
             I[I_EV_N] = _ev_pop(ev_t, EV, I[I_EV_N])
             if kind == EV_START:
                 _push_work(stack, I, W_ARRIVE, c)
-                _drain(now, F, I, rng, CI, CF, BI, SI, SF, st_rel, sbuf, sta_free, sta_n, TF, sto_level, OI, sto_q, RF,
-                       RI, rh_tag, rh_seq, rh_task, KI, pw_x, PW, XF, XI, tk_cnt, tk_bmax, free_stack, cal_t, CAL,
-                       stack, adm, STG, CLC, task_times, task_class, waits_v, waits_s, DB, gbuf, gbuf_n, gbuf_k, cum)
+                if I[I_STACK_N] > 0:  # the work stack's items (tasks admitted after a task's end, an agent's next task)
+                    I[I_STACK_N] -= 1
+                    _work(stack[0, I[I_STACK_N]], stack[1, I[I_STACK_N]], now, F, I, rng, CI, CF, BI, SI, SF, st_rel,
+                          sbuf, sta_free, sta_n, TF, sto_level, OI, sto_q, RF, RI, rh_tag, rh_seq, rh_task, KI, pw_x,
+                          PW, XF, XI, tk_cnt, tk_bmax, free_stack, cal_t, CAL, stack, adm, STG, CLC, task_times,
+                          task_class, waits_v, waits_s, DB, gbuf, gbuf_n, gbuf_k, cum)
             else:
                 _push_work(stack, I, W_ARRIVE, -1)
-                _drain(now, F, I, rng, CI, CF, BI, SI, SF, st_rel, sbuf, sta_free, sta_n, TF, sto_level, OI, sto_q, RF,
-                       RI, rh_tag, rh_seq, rh_task, KI, pw_x, PW, XF, XI, tk_cnt, tk_bmax, free_stack, cal_t, CAL,
-                       stack, adm, STG, CLC, task_times, task_class, waits_v, waits_s, DB, gbuf, gbuf_n, gbuf_k, cum)
+                if I[I_STACK_N] > 0:  # the work stack's items (tasks admitted after a task's end, an agent's next task)
+                    I[I_STACK_N] -= 1
+                    _work(stack[0, I[I_STACK_N]], stack[1, I[I_STACK_N]], now, F, I, rng, CI, CF, BI, SI, SF, st_rel,
+                          sbuf, sta_free, sta_n, TF, sto_level, OI, sto_q, RF, RI, rh_tag, rh_seq, rh_task, KI, pw_x,
+                          PW, XF, XI, tk_cnt, tk_bmax, free_stack, cal_t, CAL, stack, adm, STG, CLC, task_times,
+                          task_class, waits_v, waits_s, DB, gbuf, gbuf_n, gbuf_k, cum)
                 x = _exponential(rng, DB, I, F[F_ARR_MEAN])
                 e = I[I_EID]
                 I[I_EID] += 1
@@ -743,9 +742,12 @@ def run_to(stop, max_events, S):
             _run_task(task, now, F, I, rng, CI, CF, BI, SI, SF, st_rel, sbuf, sta_free, sta_n, TF, sto_level, OI, sto_q,
                       RF, RI, rh_tag, rh_seq, rh_task, KI, pw_x, PW, XF, XI, tk_cnt, tk_bmax, free_stack, cal_t, CAL,
                       stack, adm, STG, CLC, task_times, task_class, waits_v, waits_s)
-            _drain(now, F, I, rng, CI, CF, BI, SI, SF, st_rel, sbuf, sta_free, sta_n, TF, sto_level, OI, sto_q, RF, RI,
-                   rh_tag, rh_seq, rh_task, KI, pw_x, PW, XF, XI, tk_cnt, tk_bmax, free_stack, cal_t, CAL, stack, adm,
-                   STG, CLC, task_times, task_class, waits_v, waits_s, DB, gbuf, gbuf_n, gbuf_k, cum)
+            if I[I_STACK_N] > 0:  # the work stack's items (tasks admitted after a task's end, an agent's next task)
+                I[I_STACK_N] -= 1
+                _work(stack[0, I[I_STACK_N]], stack[1, I[I_STACK_N]], now, F, I, rng, CI, CF, BI, SI, SF, st_rel, sbuf,
+                      sta_free, sta_n, TF, sto_level, OI, sto_q, RF, RI, rh_tag, rh_seq, rh_task, KI, pw_x, PW, XF, XI,
+                      tk_cnt, tk_bmax, free_stack, cal_t, CAL, stack, adm, STG, CLC, task_times, task_class, waits_v,
+                      waits_s, DB, gbuf, gbuf_n, gbuf_k, cum)
     F[F_NOW] = stop
     return STATUS_STOP
 
