@@ -182,11 +182,18 @@ SIM_CACHE: Path | None = None
 the grid after a change to the closed form alone re-simulates only the cells whose settings changed."""
 
 
+ENGINE = "compiled"
+"""`SimSettings.engine` of every simulation (`--engine`)."""
+
+
 def _simulate(model, settings: SimSettings) -> dict:
+    settings = SimSettings(**{**vars(settings), "engine": ENGINE})
     if SIM_CACHE is None:
         return simulate_model(model, settings)
-    # the simulator's own source is part of the key: a changed engine re-simulates
-    engine = hashlib.blake2b((ROOT / "advisor" / "simulation" / "des.py").read_bytes(), digest_size=8).hexdigest()
+    # the simulator's own source is part of the key (the Python engine, the compiled loop and its state): a changed
+    # engine re-simulates
+    engine = hashlib.blake2b(b"".join((ROOT / "advisor" / "simulation" / f).read_bytes()
+                                      for f in ("des.py", "kernel.py", "compiled.py")), digest_size=8).hexdigest()
     key = hashlib.blake2b(repr((engine, model.describe(), sorted(vars(settings).items()))).encode(),
                           digest_size=16).hexdigest()
     f = SIM_CACHE / f"{key}.json"
@@ -427,8 +434,9 @@ def write_doc(rows: list[dict], skipped: list[str], path: Path, cmd: str, wall: 
          f"Regenerate: `{cmd}` (from the repository root; {wall / 60:.1f} min wall on {os.cpu_count()} shared "
          f"cores{', quick mode' if quick else ''} for the run below, {reuse}). This page is written by the "
          "script.", "",
-         "The closed form is `models.pipeline.evaluate`; the simulator is `advisor/simulation/des.py` (SimPy; its "
-         "docstring states every modelling choice). Each configuration is built from the built-in catalog "
+         "The closed form is `models.pipeline.evaluate`; the simulator is `advisor/simulation/des.py` (its "
+         "docstring states every modelling choice; its run loop runs compiled, `advisor/simulation/kernel.py`, with "
+         "the Python loop's figures). Each configuration is built from the built-in catalog "
          "(`bench/validate.py` `make_config`, one server per GPU group): layout A = GPU servers only, tools on host "
          "cores; B = more host cores per GPU (SP5 hosts with 192-core EPYCs); hybrid = GPU servers with no tool "
          "cores plus a CPU-only node with one isolated queue per class; `+` joins two GPU SKUs (mixed SKUs, load "
@@ -528,11 +536,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "docs")
     ap.add_argument("--sim-cache", type=Path, default=None, help="reuse simulation results kept in this directory")
     ap.add_argument("--rows", type=Path, default=None, help="also write the per-configuration rows as JSON here")
+    ap.add_argument("--engine", choices=("compiled", "python"), default="compiled",
+                    help="the simulator's run loop (the same figures either way; python is the compiled loop's oracle)")
     ap.add_argument("--from-rows", type=Path, default=None,
                     help="rewrite the doc and chart from rows written by --rows, without simulating")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
-    global SIM_CACHE
+    global SIM_CACHE, ENGINE
+    ENGINE = a.engine  # read by the worker processes, which fork from here
     if a.sim_cache is not None:
         a.sim_cache.mkdir(parents=True, exist_ok=True)
         SIM_CACHE = a.sim_cache
