@@ -134,7 +134,6 @@ def _closed_loop_sim(cfg, wl, catalog, n: int, x_cf: float, tasks: int, replicat
         seed=2026, drain=True, wall_clock_s=600))
 
 
-@pytest.mark.slow
 def test_closed_loop_with_high_scv_tool_queue_matches_simulation(builtin):
     """CPU-bound swe-agent on one HGX B200 (28 tool cores: 14 slots; tool-call SCV ~30), closed loop at twice the
     knee population: the closed form's throughput within 6% and its p95 task time within 7% of the simulator
@@ -415,7 +414,6 @@ def test_two_limited_queues_share_the_wait(builtin):
     assert sum(share[c] * w for c, w in waits.items()) == pytest.approx((n - cl.agents) / x, abs=1.0)
 
 
-@pytest.mark.slow
 def test_two_limited_queues_p95_matches_simulation(builtin):
     """The same loop in the simulator (4 replications x ~2,500 tasks, tasks followed to their end): throughput
     within 6%, and the closed form's p95 task time within 15% (issue #17's target; 3,401 s against 3,789 +- 229 s
@@ -471,7 +469,6 @@ def test_sustainable_is_the_loop_the_sandboxes_hold(builtin):
     assert not any(b.name.startswith("sandboxes:") for b in loose.bounds)
 
 
-@pytest.mark.slow
 def test_sandbox_limited_closed_loop_matches_simulation(builtin):
     """Hybrid model-eval whose agent-run sandboxes hold half of 213 agents: the closed form's throughput within 5%
     and its p95 task time within 10% of the simulator's (3 replications x ~1,000 tasks, tasks followed to their
