@@ -130,7 +130,7 @@ class KernelState:
         a["waits_v"], a["waits_s"] = np.zeros(0), np.zeros(0, i64)
         a["done"] = np.zeros(max(1, sum(r.cap for r in reps)), i64)
         n_ev = (run.st.agents or 0) + 2
-        a["ev_t"], a["EV"] = np.zeros(n_ev), np.zeros((3, n_ev), i64)
+        a["ev_t"], a["EV"] = np.zeros(n_ev), np.zeros((2, n_ev), i64)
         F = np.zeros(K.N_F)
         F[K.F_NOW], F[K.F_ARMED], F[K.F_W0], F[K.F_W1] = 0.0, math.inf, run.w0, run.w1
         I = np.zeros(K.N_I, i64)

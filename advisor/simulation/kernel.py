@@ -65,10 +65,11 @@ P_G, P_TASK = range(2)
 # XF / XI (per task row)
 X_TARR, X_TGPU = range(2)
 X_CLS, X_MEAS, X_PHASE, X_B, X_T, X_J, X_EID = range(7)
-# CAL (task calendar: event id, task) and EV (sim calendar: event id, kind, datum)
+# CAL (task calendar: event id, task) and EV (sim calendar: event id, 2 x datum + kind)
 CAL_E, CAL_X = range(2)
-EV_E, EV_KIND, EV_DATA = range(3)
-# sim-calendar event kinds (SimPy's calendar in des._Run: a closed-loop agent's start, the open arrival stream)
+EV_E, EV_X = range(2)
+# sim-calendar event kinds (SimPy's calendar in des._Run: a closed-loop agent's start, of class datum; the open
+# arrival stream)
 EV_START, EV_ARRIVAL = 0, 1
 # work stack (des._Run's nested calls after a task's end, kept in order): kind, datum
 W_ADMIT, W_ARRIVE = 0, 1
@@ -592,7 +593,7 @@ def start_closed(agents, cum0, ut, S):
         if delay > 0:
             e = I[I_EID]
             I[I_EID] += 1
-            I[I_EV_N] = _ev_push(ev_t, EV, I[I_EV_N], F[F_NOW] + delay, e, EV_START, c)
+            I[I_EV_N] = _heap_push(ev_t, EV[EV_E], EV[EV_X], I[I_EV_N], F[F_NOW] + delay, e, 2 * c + EV_START)
         else:
             _push_work(stack, I, W_ARRIVE, c)
             if I[I_STACK_N] > 0:  # the work stack's items (tasks admitted after a task's end, an agent's next task)
@@ -612,44 +613,7 @@ def start_open(S):
     x = _exponential(rng, DB, I, F[F_ARR_MEAN])
     e = I[I_EID]
     I[I_EID] += 1
-    I[I_EV_N] = _ev_push(ev_t, EV, I[I_EV_N], F[F_NOW] + x, e, EV_ARRIVAL, 0)
-
-
-@jit
-def _ev_push(ev_t, EV, n, t, e, kind, d):
-    """Push on the sim calendar (time, event id; kind and datum moved with them)."""
-    i = n
-    while i > 0:
-        p = (i - 1) >> 1
-        if _less(t, e, ev_t[p], EV[EV_E, p]):
-            ev_t[i], EV[EV_E, i], EV[EV_KIND, i], EV[EV_DATA, i] = ev_t[p], EV[EV_E, p], EV[EV_KIND, p], EV[EV_DATA, p]
-            i = p
-        else:
-            break
-    ev_t[i], EV[EV_E, i], EV[EV_KIND, i], EV[EV_DATA, i] = t, e, kind, d
-    return n + 1
-
-
-@jit
-def _ev_pop(ev_t, EV, n):
-    n -= 1
-    if n == 0:
-        return 0
-    t, e, kind, d = ev_t[n], EV[EV_E, n], EV[EV_KIND, n], EV[EV_DATA, n]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and _less(ev_t[c + 1], EV[EV_E, c + 1], ev_t[c], EV[EV_E, c]):
-            c += 1
-        if _less(ev_t[c], EV[EV_E, c], t, e):
-            ev_t[i], EV[EV_E, i], EV[EV_KIND, i], EV[EV_DATA, i] = ev_t[c], EV[EV_E, c], EV[EV_KIND, c], EV[EV_DATA, c]
-            i = c
-        else:
-            break
-    ev_t[i], EV[EV_E, i], EV[EV_KIND, i], EV[EV_DATA, i] = t, e, kind, d
-    return n
+    I[I_EV_N] = _heap_push(ev_t, EV[EV_E], EV[EV_X], I[I_EV_N], F[F_NOW] + x, e, EV_ARRIVAL)
 
 
 @jit
@@ -714,8 +678,8 @@ def run_to(stop, max_events, S):
                           PW, XF, XI, tk_cnt, tk_bmax, free_stack, cal_t, CAL, stack, adm, STG, CLC, task_times,
                           task_class, waits_v, waits_s, DB, gbuf, gbuf_n, gbuf_k, cum)
         elif which == 2:
-            kind, c = EV[EV_KIND, 0], EV[EV_DATA, 0]
-            I[I_EV_N] = _ev_pop(ev_t, EV, I[I_EV_N])
+            kind, c = EV[EV_X, 0] & 1, EV[EV_X, 0] >> 1
+            I[I_EV_N] = _heap_pop(ev_t, EV[EV_E], EV[EV_X], I[I_EV_N])
             if kind == EV_START:
                 _push_work(stack, I, W_ARRIVE, c)
                 if I[I_STACK_N] > 0:  # the work stack's items (tasks admitted after a task's end, an agent's next task)
@@ -735,7 +699,7 @@ def run_to(stop, max_events, S):
                 x = _exponential(rng, DB, I, F[F_ARR_MEAN])
                 e = I[I_EID]
                 I[I_EID] += 1
-                I[I_EV_N] = _ev_push(ev_t, EV, I[I_EV_N], now + x, e, EV_ARRIVAL, 0)
+                I[I_EV_N] = _heap_push(ev_t, EV[EV_E], EV[EV_X], I[I_EV_N], now + x, e, EV_ARRIVAL)
         else:
             task = CAL[CAL_X, 0]
             I[I_CAL_N] = _heap_pop(cal_t, CAL[CAL_E], CAL[CAL_X], I[I_CAL_N])
